@@ -1,0 +1,2 @@
+// Placeholder until the small-op benchmark lands.
+int main() { return 0; }
