@@ -1,0 +1,50 @@
+// flamectl's commands, one function each, independent of the command-line parser (main.cc).
+//
+// A command returns the exit code it decided on (`watch` reports how the job ended), or an error
+// Status that main.cc prints as "flamectl: <message>" and maps with ExitCodeForStatus. Local
+// checks run before anything connects, so bad input fails the same with or without flamed.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "client/connection.h"
+#include "client/exit_codes.h"
+
+namespace flame::client {
+
+enum class OutputFormat { kTable, kJson };
+
+struct CommandContext {
+  ConnectionOptions connection;
+  OutputFormat format = OutputFormat::kTable;
+  std::ostream* out = nullptr;   // results (stdout)
+  bool out_is_terminal = false;  // watch redraws one line in place on a terminal
+};
+
+struct SubmitOptions {
+  std::string job_file;
+  std::vector<std::string> overrides;  // --set section.key=value, applied in order
+  std::string name;                    // --name, wins over the file's `name`
+  std::string idempotency_key;
+};
+
+struct LogsOptions {
+  std::string job_id;
+  int rank = 0;
+  bool follow = false;
+};
+
+enum class JobAction { kCancel, kPause, kResume };
+
+absl::StatusOr<ExitCode> RunSubmit(const CommandContext& context, const SubmitOptions& options);
+absl::StatusOr<ExitCode> RunList(const CommandContext& context);
+absl::StatusOr<ExitCode> RunStatus(const CommandContext& context, const std::string& job_id);
+absl::StatusOr<ExitCode> RunJobAction(const CommandContext& context, JobAction action,
+                                      const std::string& job_id);
+absl::StatusOr<ExitCode> RunWatch(const CommandContext& context, const std::string& job_id);
+absl::StatusOr<ExitCode> RunLogs(const CommandContext& context, const LogsOptions& options);
+
+}  // namespace flame::client
