@@ -29,6 +29,9 @@ struct SubmitOptions {
   std::vector<std::string> overrides;  // --set section.key=value, applied in order
   std::string name;                    // --name, wins over the file's `name`
   std::string idempotency_key;
+  // Leave every check to flamed, for files that exist only on flamed's host. Unknown keys and
+  // wrong types are still refused here: they cannot be sent at all.
+  bool skip_local_check = false;
 };
 
 struct LogsOptions {

@@ -39,7 +39,7 @@ absl::StatusOr<flame::v1::JobSpec> BuildJobSpec(const SubmitOptions& options) {
     FLAME_RETURN_IF_ERROR(ApplyOverride(assignment, cwd, &spec));
   }
   if (!options.name.empty()) spec.set_name(options.name);
-  FLAME_RETURN_IF_ERROR(CheckJobSpecLocally(spec));
+  if (!options.skip_local_check) FLAME_RETURN_IF_ERROR(CheckJobSpecLocally(spec));
   return spec;
 }
 

@@ -65,6 +65,8 @@ int Run(int argc, char** argv) {
   submit_cmd->add_option("--name", submit.name, "job name (overrides the file's name)");
   submit_cmd->add_option("--idempotency-key", submit.idempotency_key,
                          "a retried submit with the same key returns the same job");
+  submit_cmd->add_flag("--no-local-check", submit.skip_local_check,
+                       "leave value and file checks to flamed (files on flamed's host only)");
 
   app.add_subcommand("list", "list jobs");
   std::string job_id;
