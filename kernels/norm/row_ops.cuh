@@ -58,6 +58,34 @@ __device__ __forceinline__ void StoreBf16x8(__nv_bfloat16* p, const float (&f)[k
   *reinterpret_cast<uint4*>(p) = u;
 }
 
+// N = 4 or 8 bf16 values (8 or 16 bytes) at p, which must be aligned to the access width.
+template <int N>
+__device__ __forceinline__ void LoadBf16xN(const __nv_bfloat16* p, float (&f)[N]) {
+  static_assert(N == 4 || N == 8);
+  if constexpr (N == 8) {
+    LoadBf16x8(p, f);
+  } else {
+    const uint2 u = *reinterpret_cast<const uint2*>(p);
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+    const float2 a = __bfloat1622float2(h[0]), b = __bfloat1622float2(h[1]);
+    f[0] = a.x, f[1] = a.y, f[2] = b.x, f[3] = b.y;
+  }
+}
+
+template <int N>
+__device__ __forceinline__ void StoreBf16xN(__nv_bfloat16* p, const float (&f)[N]) {
+  static_assert(N == 4 || N == 8);
+  if constexpr (N == 8) {
+    StoreBf16x8(p, f);
+  } else {
+    uint2 u;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+    h[0] = __floats2bfloat162_rn(f[0], f[1]);
+    h[1] = __floats2bfloat162_rn(f[2], f[3]);
+    *reinterpret_cast<uint2*>(p) = u;
+  }
+}
+
 __device__ __forceinline__ float Sigmoid(float x) { return 1.0f / (1.0f + __expf(-x)); }
 
 // Sum of v over the row group of the calling thread (groups are aligned runs of tpr threads of a
