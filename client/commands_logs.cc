@@ -8,6 +8,7 @@ namespace flame::client {
 absl::StatusOr<ExitCode> RunLogs(const CommandContext& context, const LogsOptions& options) {
   if (options.rank < 0) return absl::InvalidArgumentError("--rank must not be negative");
   ReconnectBudget budget;
+  bool connected = false;  // reconnect only to a flamed that answered once; else fail fast
   flame::v1::StreamLogsRequest request;
   request.set_job_id(options.job_id);
   request.set_rank(options.rank);
@@ -16,7 +17,7 @@ absl::StatusOr<ExitCode> RunLogs(const CommandContext& context, const LogsOption
   while (true) {
     absl::StatusOr<std::unique_ptr<Connection>> connection = Connection::Open(context.connection);
     if (!connection.ok()) {
-      if (!budget.WaitBeforeRetry()) return connection.status();
+      if (!connected || !budget.WaitBeforeRetry()) return connection.status();
       continue;
     }
     auto call = (*connection)->StreamContext();
@@ -24,13 +25,14 @@ absl::StatusOr<ExitCode> RunLogs(const CommandContext& context, const LogsOption
     flame::v1::LogChunk chunk;
     while (reader->Read(&chunk)) {
       budget.Reset();
+      connected = true;
       context.out->write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
       context.out->flush();
       request.set_offset(chunk.next_offset());
     }
     const grpc::Status status = reader->Finish();
     if (status.ok()) return ExitCode::kOk;  // the end of the log (without -f), or the job ended
-    if (!IsTransient(status) || !budget.WaitBeforeRetry()) {
+    if (!IsTransient(status) || !connected || !budget.WaitBeforeRetry()) {
       return (*connection)->ToStatus(status);
     }
   }

@@ -48,6 +48,7 @@ class WatchPrinter {
 absl::StatusOr<ExitCode> RunWatch(const CommandContext& context, const std::string& job_id) {
   WatchPrinter printer(context);
   ReconnectBudget budget;
+  bool connected = false;  // reconnect only to a flamed that answered once; else fail fast
   flame::v1::WatchJobRequest request;
   request.set_job_id(job_id);
   while (true) {
@@ -55,7 +56,7 @@ absl::StatusOr<ExitCode> RunWatch(const CommandContext& context, const std::stri
     // it writes to flamed.addr.
     absl::StatusOr<std::unique_ptr<Connection>> connection = Connection::Open(context.connection);
     if (!connection.ok()) {
-      if (!budget.WaitBeforeRetry()) return connection.status();
+      if (!connected || !budget.WaitBeforeRetry()) return connection.status();
       continue;
     }
     auto call = (*connection)->StreamContext();
@@ -63,6 +64,7 @@ absl::StatusOr<ExitCode> RunWatch(const CommandContext& context, const std::stri
     Job job;
     while (reader->Read(&job)) {
       budget.Reset();
+      connected = true;
       if (absl::Status status = printer.Show(job); !status.ok()) {
         printer.Finish();
         return status;
@@ -81,7 +83,7 @@ absl::StatusOr<ExitCode> RunWatch(const CommandContext& context, const std::stri
       printer.Finish();
       return (*connection)->ToStatus(status);
     }
-    if (!budget.WaitBeforeRetry()) {
+    if (!connected || !budget.WaitBeforeRetry()) {
       printer.Finish();
       if (!status.ok()) return (*connection)->ToStatus(status);
       return absl::UnavailableError("flamed keeps closing the watch stream");
