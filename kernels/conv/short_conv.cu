@@ -1,6 +1,8 @@
-// Short convolution kernels. A thread owns 8 channels (one 16-byte vector) and a tile of
+// Short convolution kernels. A thread owns 4 channels (one 8-byte vector) and a tile of
 // kTileLen consecutive tokens, sliding a window of the last W-1 inputs along time in registers;
-// x is read once plus W-1 tokens of history per tile. Kernels narrower than 4 are run as width 4
+// x is read once plus W-1 tokens of history per tile. (This layout reaches only about a third of
+// the copy bandwidth on H200: too few bytes in flight per SM. See
+// tests/benchmarks/results/small_ops_h200.txt.) Kernels narrower than 4 are run as width 4
 // with leading zero taps, so one instantiation serves every W.
 #include "kernels/conv/short_conv.h"
 
@@ -16,23 +18,26 @@ constexpr int kChanThreads = 32;  // threadIdx.x: adjacent channel groups, one w
 constexpr int kTiles = 8;         // threadIdx.y: time tiles per block
 constexpr int kTileLen = 32;      // tokens per thread
 constexpr int kBlockTokens = kTiles * kTileLen;
-// Channels per thread: 8 (16-byte accesses) in the forward; 4 in the backward, whose per-channel
-// state (taps, history, dz window, dweight sums) would otherwise need ~190 registers.
-constexpr int kFwdChans = 8;
+// Channels per thread (8-byte accesses) and tokens whose loads are issued together: the
+// per-channel state (taps, history, dz window, dweight sums) and the loads in flight must fit in
+// 128 registers (two blocks per SM) without spilling.
+constexpr int kFwdChans = 4;
 constexpr int kBwdChans = 4;
+constexpr int kFwdGroup = 4;
+constexpr int kBwdGroup = 2;
 
 // The sequence holding a token: [start, end), with an id that differs between sequences.
 struct Segment {
   int64_t start;
   int64_t end;
-  int64_t id;
+  int id;
 };
 
 template <typename P>
 __device__ Segment SegmentOf(const P& p, int64_t t) {
   if (p.cu_seqlens == nullptr) {
     const int64_t id = t / p.seq_len;
-    return {id * p.seq_len, (id + 1) * p.seq_len, id};
+    return {id * p.seq_len, (id + 1) * p.seq_len, static_cast<int>(id)};
   }
   int lo = 0, hi = p.num_seqs;  // largest n with cu_seqlens[n] <= t
   while (lo < hi) {
@@ -93,7 +98,7 @@ __device__ __forceinline__ void PushHistory(float (&xw)[kW - 1][C], const float 
   for (int c = 0; c < C; ++c) xw[0][c] = xw[1][c], xw[1][c] = xw[2][c], xw[2][c] = xt[c];
 }
 
-__global__ void __launch_bounds__(kChanThreads* kTiles) ShortConvForwardKernel(ShortConvForwardParams p) {
+__global__ void __launch_bounds__(kChanThreads* kTiles, 2) ShortConvForwardKernel(ShortConvForwardParams p) {
   constexpr int C = kFwdChans;
   const int d = (blockIdx.y * kChanThreads + threadIdx.x) * C;
   const int64_t t0 = (static_cast<int64_t>(blockIdx.x) * kTiles + threadIdx.y) * kTileLen;
@@ -103,21 +108,31 @@ __global__ void __launch_bounds__(kChanThreads* kTiles) ShortConvForwardKernel(S
   LoadTaps<C>(p, d, w, b);
   Segment s = SegmentOf(p, t0);
   LoadHistory<C>(p.x, p.x_stride, t0, d, s, xw);
-  for (int64_t t = t0; t < t1; ++t) {
-    if (t == s.end) {  // a new sequence starts: forget the history
-      NextSegment(p, s);
-      ZeroHistory(xw);
-    }
-    float xt[C], y[C];
-    LoadBf16xN<C>(p.x + t * p.x_stride + d, xt);
+  // Groups of kFwdGroup tokens: all loads first, so each thread has several in flight.
+  for (int64_t tb = t0; tb < t1; tb += kFwdGroup) {
+    float xb[kFwdGroup][C];
 #pragma unroll
-    for (int c = 0; c < C; ++c) {
-      const float z = b[c] + w[c][0] * xw[0][c] + w[c][1] * xw[1][c] + w[c][2] * xw[2][c] +
-                      w[c][3] * xt[c];
-      y[c] = p.silu ? z * Sigmoid(z) : z;
+    for (int j = 0; j < kFwdGroup; ++j) {
+      if (tb + j < t1) LoadBf16xN<C>(p.x + (tb + j) * p.x_stride + d, xb[j]);
     }
-    StoreBf16xN<C>(p.y + t * p.y_stride + d, y);
-    PushHistory(xw, xt);
+#pragma unroll
+    for (int j = 0; j < kFwdGroup; ++j) {
+      const int64_t t = tb + j;
+      if (t >= t1) break;
+      if (t == s.end) {  // a new sequence starts: forget the history
+        NextSegment(p, s);
+        ZeroHistory(xw);
+      }
+      float y[C];
+#pragma unroll
+      for (int c = 0; c < C; ++c) {
+        const float z = b[c] + w[c][0] * xw[0][c] + w[c][1] * xw[1][c] + w[c][2] * xw[2][c] +
+                        w[c][3] * xb[j][c];
+        y[c] = p.silu ? z * Sigmoid(z) : z;
+      }
+      StoreBf16xN<C>(p.y + t * p.y_stride + d, y);
+      PushHistory(xw, xb[j]);
+    }
   }
 }
 
@@ -139,52 +154,65 @@ __global__ void __launch_bounds__(kChanThreads* kTiles, 2) ShortConvBackwardKern
     Segment s = SegmentOf(p, t0);
     LoadHistory<C>(p.x, p.x_stride, t0, d, s, xw);
     float dzw[kW - 1][C] = {};  // dz at pos-3, pos-2, pos-1
-    int64_t sidw[kW - 1] = {-1, -1, -1};
-    for (int64_t pos = t0; pos < t1 + kW - 1; ++pos) {
-      float dz[C] = {};
-      int64_t sid = -2;  // past the end: matches no sequence
-      if (pos < p.tokens) {
-        if (pos == s.end) {
-          NextSegment(p, s);
-          ZeroHistory(xw);
-        }
-        sid = s.id;
-        float xt[C];
-        LoadBf16xN<C>(p.x + pos * p.x_stride + d, xt);
-        LoadBf16xN<C>(p.dy + pos * p.dy_stride + d, dz);
+    int sidw[kW - 1] = {-1, -1, -1};
+    const int64_t t_end = t1 + kW - 1;  // the tile plus kW - 1 tokens of lookahead
+    for (int64_t pb = t0; pb < t_end; pb += kBwdGroup) {
+      float xb[kBwdGroup][C], dyb[kBwdGroup][C];
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-          if (p.silu) {
-            const float z = b[c] + w[c][0] * xw[0][c] + w[c][1] * xw[1][c] +
-                            w[c][2] * xw[2][c] + w[c][3] * xt[c];
-            const float sg = Sigmoid(z);
-            dz[c] *= sg * (1.0f + z * (1.0f - sg));
-          }
-          if (pos < t1) {
-            db[c] += dz[c];
-            dw[c][0] += dz[c] * xw[0][c];
-            dw[c][1] += dz[c] * xw[1][c];
-            dw[c][2] += dz[c] * xw[2][c];
-            dw[c][3] += dz[c] * xt[c];
-          }
+      for (int j = 0; j < kBwdGroup; ++j) {  // all loads first, several in flight
+        const int64_t pos = pb + j;
+        if (pos < t_end && pos < p.tokens) {
+          LoadBf16xN<C>(p.x + pos * p.x_stride + d, xb[j]);
+          LoadBf16xN<C>(p.dy + pos * p.dy_stride + d, dyb[j]);
         }
-        PushHistory(xw, xt);
       }
-      const int64_t t = pos - (kW - 1);
-      if (t >= t0) {
-        const float m1 = sidw[1] == sidw[0] ? 1.0f : 0.0f;
-        const float m2 = sidw[2] == sidw[0] ? 1.0f : 0.0f;
-        const float m3 = sid == sidw[0] ? 1.0f : 0.0f;
-        float dx[C];
 #pragma unroll
-        for (int c = 0; c < C; ++c) {
-          dx[c] = w[c][3] * dzw[0][c] + m1 * w[c][2] * dzw[1][c] + m2 * w[c][1] * dzw[2][c] +
-                  m3 * w[c][0] * dz[c];
+      for (int j = 0; j < kBwdGroup; ++j) {
+        const int64_t pos = pb + j;
+        if (pos >= t_end) break;
+        float dz[C] = {};
+        int sid = -2;  // past the end: matches no sequence
+        if (pos < p.tokens) {
+          if (pos == s.end) {
+            NextSegment(p, s);
+            ZeroHistory(xw);
+          }
+          sid = s.id;
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            dz[c] = dyb[j][c];
+            if (p.silu) {
+              const float z = b[c] + w[c][0] * xw[0][c] + w[c][1] * xw[1][c] +
+                              w[c][2] * xw[2][c] + w[c][3] * xb[j][c];
+              const float sg = Sigmoid(z);
+              dz[c] *= sg * (1.0f + z * (1.0f - sg));
+            }
+            if (pos < t1) {
+              db[c] += dz[c];
+              dw[c][0] += dz[c] * xw[0][c];
+              dw[c][1] += dz[c] * xw[1][c];
+              dw[c][2] += dz[c] * xw[2][c];
+              dw[c][3] += dz[c] * xb[j][c];
+            }
+          }
+          PushHistory(xw, xb[j]);
         }
-        StoreBf16xN<C>(p.dx + t * p.dx_stride + d, dx);
+        const int64_t t = pos - (kW - 1);
+        if (t >= t0) {
+          const float m1 = sidw[1] == sidw[0] ? 1.0f : 0.0f;
+          const float m2 = sidw[2] == sidw[0] ? 1.0f : 0.0f;
+          const float m3 = sid == sidw[0] ? 1.0f : 0.0f;
+          float dx[C];
+#pragma unroll
+          for (int c = 0; c < C; ++c) {
+            dx[c] = w[c][3] * dzw[0][c] + m1 * w[c][2] * dzw[1][c] + m2 * w[c][1] * dzw[2][c] +
+                    m3 * w[c][0] * dz[c];
+          }
+          StoreBf16xN<C>(p.dx + t * p.dx_stride + d, dx);
+        }
+        PushHistory(dzw, dz);
+        sidw[0] = sidw[1], sidw[1] = sidw[2], sidw[2] = sid;
       }
-      PushHistory(dzw, dz);
-      sidw[0] = sidw[1], sidw[1] = sidw[2], sidw[2] = sid;
     }
   }
 

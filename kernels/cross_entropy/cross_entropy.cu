@@ -51,30 +51,55 @@ __global__ void __launch_bounds__(kMaxThreads)
   uint4 cache[kCeVecs];
   float m = -FLT_MAX, s = 0.0f;
   for (int t = 0; t < tiles; ++t) {
+    // All of the tile's loads first, then one max and one exp per value: a single rescale of the
+    // running sum per tile keeps the special-function unit off the critical path.
+    float tile_max = -FLT_MAX;
+#pragma unroll
+    for (int v = 0; v < kCeVecs; ++v) {
+      const int c = t * tile + (v * threads + threadIdx.x) * kVecElems;
+      if (c < vocab) cache[v] = *reinterpret_cast<const uint4*>(x + c);
+    }
 #pragma unroll
     for (int v = 0; v < kCeVecs; ++v) {
       const int c = t * tile + (v * threads + threadIdx.x) * kVecElems;
       if (c >= vocab) continue;
-      cache[v] = *reinterpret_cast<const uint4*>(x + c);
       float f[kVecElems];
       Unpack(cache[v], f);
-      float vm = f[0];
 #pragma unroll
-      for (int i = 1; i < kVecElems; ++i) vm = fmaxf(vm, f[i]);
-      float vs = 0.0f;
-#pragma unroll
-      for (int i = 0; i < kVecElems; ++i) vs += __expf(f[i] - vm);
-      Combine(m, s, vm, vs);
+      for (int i = 0; i < kVecElems; ++i) tile_max = fmaxf(tile_max, f[i]);
     }
+    float tile_sum = 0.0f;
+#pragma unroll
+    for (int v = 0; v < kCeVecs; ++v) {
+      const int c = t * tile + (v * threads + threadIdx.x) * kVecElems;
+      if (c >= vocab) continue;
+      float f[kVecElems];
+      Unpack(cache[v], f);
+#pragma unroll
+      for (int i = 0; i < kVecElems; ++i) tile_sum += __expf(f[i] - tile_max);
+    }
+    Combine(m, s, tile_max, tile_sum);
   }
   for (int offset = 16; offset > 0; offset /= 2) {
     Combine(m, s, __shfl_xor_sync(0xffffffffu, m, offset), __shfl_xor_sync(0xffffffffu, s, offset));
   }
+  // Warp 0 combines the per-warp results and publishes the row's (max, sum) in warp_m/s[0].
   const int warp = threadIdx.x / 32, warps = threads / 32;
   if (threadIdx.x % 32 == 0) warp_m[warp] = m, warp_s[warp] = s;
   __syncthreads();
+  if (warp == 0) {
+    const int lane = threadIdx.x;
+    m = lane < warps ? warp_m[lane] : -FLT_MAX;
+    s = lane < warps ? warp_s[lane] : 0.0f;
+    for (int offset = 16; offset > 0; offset /= 2) {
+      Combine(m, s, __shfl_xor_sync(0xffffffffu, m, offset),
+              __shfl_xor_sync(0xffffffffu, s, offset));
+    }
+    __syncwarp();
+    if (lane == 0) warp_m[0] = m, warp_s[0] = s;
+  }
+  __syncthreads();
   m = warp_m[0], s = warp_s[0];
-  for (int i = 1; i < warps; ++i) Combine(m, s, warp_m[i], warp_s[i]);
   const float lse = m + logf(s);
 
   const bool ignored = label == ignore_index;

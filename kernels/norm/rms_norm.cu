@@ -7,10 +7,6 @@
 namespace flame::kernels {
 namespace {
 
-// Weight-gradient partial rows stay around this many, so the final column sum is small next to
-// the backward's main traffic while enough blocks are in flight to fill the GPU.
-constexpr int kMaxPartialRows = 1024;
-
 int64_t StrideOr(int64_t stride, int dim) { return stride == 0 ? dim : stride; }
 
 bool RowArgOk(const void* p, int64_t stride) { return IsAligned16(p) && stride % kVecElems == 0; }
@@ -68,18 +64,20 @@ __global__ void __launch_bounds__(kMaxRowThreads) RmsNormForwardKernel(RmsNormFo
 }
 
 // Row groups stride over the rows; each thread keeps the dweight sums of its own columns in
-// registers and writes them as one partial row per group at the end.
+// registers, the block adds its row groups' sums in shared memory and writes one partial row.
+// kVecs = 1 (up to D = 4096) halves the registers of kVecs = 2, so more warps hide the latency.
+template <int kVecs>
 __global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(RmsNormBackwardParams p, RowLayout l) {
   __shared__ float scratch[32];
+  __shared__ float red[kMaxRowThreads * kVecs * kVecElems];  // 512 x kVecs x 8 x 4 = 16 or 32 KB
   const int tpr = l.threads_per_row;
   const int lane = threadIdx.x % tpr;
-  const int group = blockIdx.x * l.rows_per_block + threadIdx.x / tpr;
   const int64_t num_groups = static_cast<int64_t>(gridDim.x) * l.rows_per_block;
   const float inv_dim = 1.0f / static_cast<float>(p.dim);
 
-  float w[kRowVecs][kVecElems], dw[kRowVecs][kVecElems];
+  float w[kVecs][kVecElems], dw[kVecs][kVecElems];
 #pragma unroll
-  for (int v = 0; v < kRowVecs; ++v) {
+  for (int v = 0; v < kVecs; ++v) {
     const int c = (v * tpr + lane) * kVecElems;
 #pragma unroll
     for (int i = 0; i < kVecElems; ++i) w[v][i] = 1.0f, dw[v][i] = 0.0f;
@@ -92,10 +90,10 @@ __global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(RmsNormB
     const int64_t row = base + threadIdx.x / tpr;
     const bool active = row < p.rows;
     const float rstd = active ? p.rstd[row] : 0.0f;
-    float xhat[kRowVecs][kVecElems], dn[kRowVecs][kVecElems];
+    float xhat[kVecs][kVecElems], dn[kVecs][kVecElems];
     float dot = 0.0f;  // sum over the row of (dn * w) * xhat
 #pragma unroll
-    for (int v = 0; v < kRowVecs; ++v) {
+    for (int v = 0; v < kVecs; ++v) {
       const int c = (v * tpr + lane) * kVecElems;
 #pragma unroll
       for (int i = 0; i < kVecElems; ++i) xhat[v][i] = 0.0f, dn[v][i] = 0.0f;
@@ -126,7 +124,7 @@ __global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(RmsNormB
     dot = RowGroupSum(dot, tpr, scratch) * inv_dim;
     if (!active) continue;
 #pragma unroll
-    for (int v = 0; v < kRowVecs; ++v) {
+    for (int v = 0; v < kVecs; ++v) {
       const int c = (v * tpr + lane) * kVecElems;
       if (c >= p.dim) continue;
       float dx[kVecElems];
@@ -144,21 +142,34 @@ __global__ void __launch_bounds__(kMaxRowThreads) RmsNormBackwardKernel(RmsNormB
     }
   }
 
-  if (p.weight == nullptr) return;
+  if (p.weight == nullptr) return;  // uniform over the block
+  // rows_per_block x D <= blockDim x kVecs x 8 floats fit in red.
+  const int group = threadIdx.x / tpr;
 #pragma unroll
-  for (int v = 0; v < kRowVecs; ++v) {
+  for (int v = 0; v < kVecs; ++v) {
     const int c = (v * tpr + lane) * kVecElems;
     if (c >= p.dim) continue;
-    float* out = p.workspace + static_cast<int64_t>(group) * p.dim + c;
-    reinterpret_cast<float4*>(out)[0] = make_float4(dw[v][0], dw[v][1], dw[v][2], dw[v][3]);
-    reinterpret_cast<float4*>(out)[1] = make_float4(dw[v][4], dw[v][5], dw[v][6], dw[v][7]);
+#pragma unroll
+    for (int i = 0; i < kVecElems; ++i) red[group * p.dim + c + i] = dw[v][i];
+  }
+  __syncthreads();
+  float* out = p.workspace + static_cast<int64_t>(blockIdx.x) * p.dim;
+  for (int col = threadIdx.x; col < p.dim; col += blockDim.x) {
+    float sum = 0.0f;
+    for (int r = 0; r < l.rows_per_block; ++r) sum += red[r * p.dim + col];
+    out[col] = sum;
   }
 }
 
+// Blocks of the backward: one per rows_per_block rows, at most kMaxBackwardBlocks (each then
+// loops over several row groups); one partial dweight row per block.
+constexpr int kMaxBackwardBlocks = 1024;
+
+int BackwardVecs(int dim) { return dim <= kMaxRowThreads * kVecElems ? 1 : 2; }
+
 int BackwardBlocks(int64_t rows, const RowLayout& l) {
   const int64_t needed = (rows + l.rows_per_block - 1) / l.rows_per_block;
-  const int64_t cap = kMaxPartialRows / l.rows_per_block > 0 ? kMaxPartialRows / l.rows_per_block : 1;
-  return static_cast<int>(needed < cap ? (needed > 0 ? needed : 1) : cap);
+  return static_cast<int>(needed < 1 ? 1 : (needed < kMaxBackwardBlocks ? needed : kMaxBackwardBlocks));
 }
 
 }  // namespace
@@ -188,8 +199,8 @@ cudaError_t RmsNormForward(const RmsNormForwardParams& params, cudaStream_t stre
 }
 
 size_t RmsNormBackwardWorkspaceBytes(int64_t rows, int dim) {
-  const RowLayout l = ChooseRowLayout(dim);
-  return static_cast<size_t>(BackwardBlocks(rows, l)) * l.rows_per_block * dim * sizeof(float);
+  const RowLayout l = ChooseRowLayout(dim, BackwardVecs(dim));
+  return static_cast<size_t>(BackwardBlocks(rows, l)) * dim * sizeof(float);
 }
 
 cudaError_t RmsNormBackward(const RmsNormBackwardParams& params, cudaStream_t stream) {
@@ -212,16 +223,21 @@ cudaError_t RmsNormBackward(const RmsNormBackwardParams& params, cudaStream_t st
       !IsAligned16(p.workspace)) {
     return cudaErrorInvalidValue;
   }
-  const RowLayout l = ChooseRowLayout(p.dim);
+  const int vecs = BackwardVecs(p.dim);
+  const RowLayout l = ChooseRowLayout(p.dim, vecs);
   const int blocks = BackwardBlocks(p.rows, l);
+  const int threads = l.threads_per_row * l.rows_per_block;
   if (p.rows > 0) {
-    RmsNormBackwardKernel<<<blocks, l.threads_per_row * l.rows_per_block, 0, stream>>>(p, l);
+    if (vecs == 1) {
+      RmsNormBackwardKernel<1><<<blocks, threads, 0, stream>>>(p, l);
+    } else {
+      RmsNormBackwardKernel<2><<<blocks, threads, 0, stream>>>(p, l);
+    }
     if (cudaError_t err = cudaGetLastError(); err != cudaSuccess) return err;
   }
   if (p.weight == nullptr) return cudaSuccess;
   if (p.rows == 0) return cudaMemsetAsync(p.dweight, 0, sizeof(float) * p.dim, stream);
-  return SumPartialRows(p.workspace, static_cast<int64_t>(blocks) * l.rows_per_block, p.dim, p.dim,
-                        p.dweight, stream);
+  return SumPartialRows(p.workspace, blocks, p.dim, p.dim, p.dweight, stream);
 }
 
 }  // namespace flame::kernels

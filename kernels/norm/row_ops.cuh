@@ -26,11 +26,11 @@ struct RowLayout {
   int rows_per_block = 1;   // block = threads_per_row * rows_per_block threads
 };
 
-// Smallest power-of-two group whose kRowVecs vectors per thread cover the row.
-inline RowLayout ChooseRowLayout(int dim) {
+// Smallest power-of-two group whose `vecs_per_thread` vectors per thread cover the row.
+inline RowLayout ChooseRowLayout(int dim, int vecs_per_thread = kRowVecs) {
   const int vecs = (dim + kVecElems - 1) / kVecElems;
   int tpr = 1;
-  while (tpr * kRowVecs < vecs) tpr *= 2;
+  while (tpr * vecs_per_thread < vecs) tpr *= 2;
   RowLayout layout;
   layout.threads_per_row = tpr;
   layout.rows_per_block = tpr >= kRowBlockThreads ? 1 : kRowBlockThreads / tpr;

@@ -52,6 +52,7 @@ __global__ void __launch_bounds__(kThreads) RotaryKernel(RotaryParams p, int pai
     sincosf(position * inv_freq, &sin_t[k], &cos_t[k]);
     if (kInverse) sin_t[k] = -sin_t[k];
   }
+#pragma unroll 4  // several heads' loads in flight per thread
   for (int h = 0; h < p.heads; ++h) {
     float x1[kVecElems], x2[kVecElems], y1[kVecElems], y2[kVecElems];
     LoadBf16x8(x + h * p.x_head_stride + i0, x1);
