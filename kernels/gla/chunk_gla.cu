@@ -1,0 +1,22 @@
+// chunk_gla launchers: the shared gated chunk kernels with a per-channel gate.
+#include "kernels/gla/chunk_gla.h"
+
+#include "kernels/common/chunk_gated.cuh"
+
+namespace flame::kernels {
+
+size_t GlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward) {
+  return gated_chunk::WorkspaceBytes(params, backward);
+}
+
+cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {
+  if (params.g_gamma != nullptr) return cudaErrorInvalidValue;
+  return gated_chunk::Forward<gated_chunk::Gate::kChannel>(params, stream);
+}
+
+cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream) {
+  if (params.g_gamma != nullptr) return cudaErrorInvalidValue;
+  return gated_chunk::Backward<gated_chunk::Gate::kChannel>(params, stream);
+}
+
+}  // namespace flame::kernels

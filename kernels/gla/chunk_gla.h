@@ -1,0 +1,27 @@
+// chunk_gla: gated linear attention with one decay per key channel (fla's chunk_gla).
+//
+//   S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,   o_t = scale * S_t^T q_t
+//
+// Fields of ChunkGatedParams used: g [B,T,H,K] fp32 (natural-log decay, e.g. logsigmoid(x)/16),
+// with g_strides; g_gamma must be null. q, k, v, o, d_o, dq, dk, dv bf16; states and dg fp32.
+// The state layout is [N,H,K,V] (fla's default, state_v_first=False).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+
+#include "kernels/common/chunk_gated_params.h"
+
+namespace flame::kernels {
+
+size_t GlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward);
+
+// Writes o and, when params.final_state is set, the final state.
+cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream);
+
+// Recomputes the states, then writes dq, dk, dv, dg and, when params.d_initial_state is set,
+// the initial-state gradient.
+cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream);
+
+}  // namespace flame::kernels
