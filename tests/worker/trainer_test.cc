@@ -1,0 +1,197 @@
+// The training loop end to end on the demo corpus, without a coordinator: the loss falls, two
+// ranks agree, a resumed run reproduces an uninterrupted one, and directives stop it cleanly.
+#include "worker/trainer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "tests/worker/test_util.h"
+
+namespace flame::worker {
+namespace {
+
+using testing::DemoTrainConfig;
+using testing::TempDir;
+
+class RecordingSink final : public ProgressSink {
+ public:
+  void ReportProgress(const ProgressUpdate& progress) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    progress_.push_back(progress);
+  }
+  void CommitCheckpoint(const CheckpointInfo& checkpoint) override {
+    std::lock_guard<std::mutex> lock(mutex_);
+    checkpoints_.push_back(checkpoint);
+  }
+  std::vector<ProgressUpdate> progress_;
+  std::vector<CheckpointInfo> checkpoints_;
+
+ private:
+  std::mutex mutex_;
+};
+
+// Continue until a given step, then answer `then` (the trainer asks once per step, during it).
+class DirectiveAt final : public DirectiveSource {
+ public:
+  DirectiveAt(int64_t step, Directive then) : step_(step), then_(then) {}
+  Directive Current(int64_t step) override {
+    return step >= step_ ? then_ : Directive::kContinue;
+  }
+
+ private:
+  int64_t step_;
+  Directive then_;
+};
+
+struct RunRecord {
+  absl::StatusOr<TrainResult> result;
+  std::map<int64_t, double> losses;
+  int64_t resumed_from = 0;
+};
+
+RunRecord Train(const TrainConfig& config, ProgressSink* sink, DirectiveSource* directives) {
+  LocalCommunicator communicator;
+  Trainer trainer(config, {&communicator, sink, directives});
+  RunRecord run{trainer.Run(), {}, 0};
+  run.losses = trainer.step_losses();
+  run.resumed_from = trainer.resumed_from_step();
+  return run;
+}
+
+TEST(Trainer, LowersTheLossOnTheDemoCorpusAndReportsProgress) {
+  TempDir dir;
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.training.steps = 40;
+  config.log_freq = 10;
+  config.checkpoint.enable_checkpoint = false;
+  RecordingSink sink;
+  ContinueDirectiveSource directives;
+  const RunRecord run = Train(config, &sink, &directives);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_EQ(run.result->outcome, TrainOutcome::kCompleted);
+  EXPECT_EQ(run.result->step, 40);
+  const double first = run.losses.at(1);
+  const double last = (run.losses.at(38) + run.losses.at(39) + run.losses.at(40)) / 3;
+  EXPECT_NEAR(first, std::log(2048.0), 0.2);  // an untrained model is near uniform
+  EXPECT_LT(last, first - 0.8) << "loss went from " << first << " to " << last;
+
+  ASSERT_EQ(sink.progress_.size(), 5u);  // steps 1, 10, 20, 30, 40
+  EXPECT_EQ(sink.progress_[0].step, 1);
+  EXPECT_DOUBLE_EQ(sink.progress_[0].loss, first);
+  const ProgressUpdate& final = sink.progress_.back();
+  EXPECT_EQ(final.step, 40);
+  EXPECT_EQ(final.total_steps, 40);
+  EXPECT_EQ(final.tokens, 40 * 4 * 64);
+  EXPECT_GT(final.tokens_per_second, 0);
+  EXPECT_GT(final.grad_norm, 0);
+  EXPECT_GT(final.memory_gib, 0);
+  // The LR shown after the last step is the schedule's floor (lr_min = 0.1 of 3e-3).
+  EXPECT_NEAR(final.lr, 3e-4, 1e-9);
+  EXPECT_TRUE(sink.checkpoints_.empty());
+}
+
+TEST(Trainer, ResumedRunReproducesTheUninterruptedLosses) {
+  TempDir straight_dir, paused_dir;
+  RecordingSink sink;
+  ContinueDirectiveSource keep_going;
+  const RunRecord straight = Train(DemoTrainConfig(straight_dir.path()), &sink, &keep_going);
+  ASSERT_TRUE(straight.result.ok()) << straight.result.status();
+
+  // Pause after step 4: the trainer saves step-4 and stops.
+  DirectiveAt pause_at_4(4, Directive::kCheckpointStop);
+  const RunRecord first = Train(DemoTrainConfig(paused_dir.path()), &sink, &pause_at_4);
+  ASSERT_TRUE(first.result.ok()) << first.result.status();
+  EXPECT_EQ(first.result->outcome, TrainOutcome::kPaused);
+  EXPECT_EQ(first.result->step, 4);
+  EXPECT_TRUE(std::filesystem::exists(paused_dir.path() + "/checkpoint/step-4/manifest.json"));
+
+  const RunRecord second = Train(DemoTrainConfig(paused_dir.path()), &sink, &keep_going);
+  ASSERT_TRUE(second.result.ok()) << second.result.status();
+  EXPECT_EQ(second.result->outcome, TrainOutcome::kCompleted);
+  EXPECT_EQ(second.resumed_from, 4);
+  EXPECT_EQ(second.losses.begin()->first, 5);
+  for (int64_t step = 1; step <= 8; ++step) {
+    const double resumed = step <= 4 ? first.losses.at(step) : second.losses.at(step);
+    EXPECT_DOUBLE_EQ(resumed, straight.losses.at(step)) << "step " << step;
+  }
+  // The resumed attempt reports where it came from.
+  EXPECT_EQ(sink.progress_.back().resumed_from_step, 4);
+  EXPECT_EQ(sink.progress_.back().tokens, 8 * 4 * 64);
+}
+
+TEST(Trainer, StopsWithoutSavingAndCommitsEveryCheckpointItSaves) {
+  TempDir dir;
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.checkpoint.interval = 2;
+  config.checkpoint.keep_latest_k = 1;
+  RecordingSink sink;
+  DirectiveAt stop_at_5(5, Directive::kStop);
+  const RunRecord run = Train(config, &sink, &stop_at_5);
+  ASSERT_TRUE(run.result.ok()) << run.result.status();
+  EXPECT_EQ(run.result->outcome, TrainOutcome::kStopped);
+  EXPECT_EQ(run.result->step, 5);
+  ASSERT_EQ(sink.checkpoints_.size(), 2u);  // steps 2 and 4; none at the stop
+  EXPECT_EQ(sink.checkpoints_[1].step, 4);
+  EXPECT_EQ(CheckpointStore(config.CheckpointRoot()).ListSteps(), std::vector<int64_t>{4});
+  EXPECT_EQ(sink.progress_.back().step, 5);  // the step it stopped at is reported
+}
+
+TEST(Trainer, TwoRanksAverageGradientsAndStayIdentical) {
+  TempDir dir;
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.training.steps = 4;
+  config.checkpoint.interval = 2;
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
+  options.port = StorePort(*rank0);
+  std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
+  RecordingSink sink0, sink1;
+  ContinueDirectiveSource directives0, directives1;
+  Trainer trainer0(config, {rank0.get(), &sink0, &directives0});
+  Trainer trainer1(config, {rank1.get(), &sink1, &directives1});
+  absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
+  std::thread other([&] { result1 = trainer1.Run(); });
+  const absl::StatusOr<TrainResult> result0 = trainer0.Run();
+  other.join();
+  ASSERT_TRUE(result0.ok()) << result0.status();
+  ASSERT_TRUE(result1.ok()) << result1.status();
+  EXPECT_EQ(trainer0.step_losses(), trainer1.step_losses());
+  const auto params1 = trainer1.model().named_parameters();
+  for (const auto& item : trainer0.model().named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), params1[item.key()])) << item.key();
+  }
+  ASSERT_FALSE(sink0.progress_.empty());
+  EXPECT_TRUE(sink1.progress_.empty());  // only rank 0 reports
+  EXPECT_EQ(sink0.progress_.back().tokens, 4 * 2 * 4 * 64);
+  // The checkpoint holds both ranks' data positions.
+  CheckpointStore store(config.CheckpointRoot());
+  ASSERT_TRUE(store.Verify(4).ok());
+  EXPECT_EQ(sink0.checkpoints_.size(), 2u);
+}
+
+TEST(Trainer, ReportsBadInputAsAStatus) {
+  TempDir dir;
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.tokenizer_path = dir.path() + "/missing.model";
+  NullProgressSink sink;
+  ContinueDirectiveSource directives;
+  const RunRecord missing = Train(config, &sink, &directives);
+  ASSERT_FALSE(missing.result.ok());
+  EXPECT_NE(missing.result.status().message().find("missing.model"), std::string::npos);
+
+  config = DemoTrainConfig(dir.path());
+  config.checkpoint.load_step = 3;  // no such checkpoint
+  const RunRecord no_checkpoint = Train(config, &sink, &directives);
+  ASSERT_FALSE(no_checkpoint.result.ok());
+  EXPECT_NE(no_checkpoint.result.status().message().find("checkpoint.load_step"),
+            std::string::npos)
+      << no_checkpoint.result.status();
+}
+
+}  // namespace
+}  // namespace flame::worker

@@ -1,0 +1,78 @@
+// Checkpoints on disk: <root>/step-N/ directories that are either complete or absent.
+//
+// Layout of step-N/ (a checkpoint is exactly the union of the trainer's state dicts):
+//   model.pt           LibTorch archive of the model (fla parameter names)
+//   optimizer.pt       LibTorch archive of the optimizer state (AdamW moments, step counts)
+//   rng.pt             the default CPU generator's state
+//   train_state.json   step, tokens, skipped steps, elapsed seconds, spec hash, world size
+//   data_positions.json  every rank's data position, index = rank
+//   manifest.json      written last: step, tokens, config hash, and per file its size and CRC-32
+//
+// Save writes into a hidden sibling (.step-N.tmp-<pid>), fsyncs every file and the directory,
+// renames it to step-N and fsyncs the root: a crash leaves either no step-N or a whole one. A
+// step-N whose manifest is missing or does not match its files (torn copy, disk corruption) is
+// never loaded: FindNewestValid skips it with a warning.
+#pragma once
+
+#include <torch/nn/module.h>
+#include <torch/optim/optimizer.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "worker/progress.h"
+
+namespace flame::worker {
+
+struct TrainState {
+  int64_t step = 0;
+  int64_t tokens = 0;  // all ranks
+  int64_t skipped_steps = 0;
+  double elapsed_seconds = 0;  // all attempts
+};
+
+// The non-tensor part of a checkpoint.
+struct CheckpointState {
+  TrainState train_state;
+  std::string spec_hash;
+  int64_t world_size = 1;
+  std::vector<std::string> data_positions;  // encoded DataPosition of every rank
+};
+
+class CheckpointStore {
+ public:
+  explicit CheckpointStore(std::string root) : root_(std::move(root)) {}
+
+  // Writes step-<state.train_state.step>/ atomically (replacing an older copy of the same step).
+  absl::StatusOr<CheckpointInfo> Save(const CheckpointState& state, torch::nn::Module& model,
+                                      torch::optim::Optimizer& optimizer);
+
+  // Verifies step-N, then loads it into `model` and `optimizer` (whose parameters must have
+  // the saved shapes) and restores the CPU generator.
+  absl::Status Load(int64_t step, CheckpointState* state, torch::nn::Module& model,
+                    torch::optim::Optimizer& optimizer);
+
+  // OK when step-N has a manifest and every file matches its size and checksum.
+  absl::Status Verify(int64_t step) const;
+
+  // Steps of the step-N directories, ascending (valid or not).
+  std::vector<int64_t> ListSteps() const;
+  // The newest step that verifies; nullopt when there is none. Logs every one it skips.
+  std::optional<int64_t> FindNewestValid() const;
+  // Deletes all but the newest `keep_latest_k` step directories (0 keeps all).
+  absl::Status Prune(int64_t keep_latest_k);
+  // Deletes leftovers of interrupted saves (.step-*.tmp-*).
+  absl::Status RemoveTemporaries();
+
+  std::string StepPath(int64_t step) const;
+  const std::string& root() const { return root_; }
+
+ private:
+  std::string root_;
+};
+
+}  // namespace flame::worker

@@ -1,0 +1,270 @@
+#include "worker/config/model_config.h"
+
+#include <cmath>
+#include <functional>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+#include "nlohmann/json.hpp"
+
+namespace flame::worker {
+namespace {
+
+using Json = nlohmann::json;
+
+// Reads typed fields out of one config object, naming the file and key in every error.
+class FieldReader {
+ public:
+  FieldReader(const Json& root, std::string source) : root_(root), source_(std::move(source)) {}
+
+  absl::Status Error(const std::string& key, const std::string& why) const {
+    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, " ", why));
+  }
+
+  bool IsSet(const std::string& key) const {
+    return root_.contains(key) && !root_.at(key).is_null();
+  }
+
+  // Leaves *out unchanged when the key is absent or null (fla's default applies).
+  absl::Status Int(const std::string& key, int64_t* out) const {
+    if (!IsSet(key)) return absl::OkStatus();
+    const Json& v = root_.at(key);
+    if (v.is_number_integer()) {
+      *out = v.get<int64_t>();
+      return absl::OkStatus();
+    }
+    // Python writes 1.0 for some integer fields; accept integral floats.
+    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) {
+      *out = static_cast<int64_t>(v.get<double>());
+      return absl::OkStatus();
+    }
+    return Error(key, absl::StrCat("must be an integer (got ", v.dump(), ")"));
+  }
+
+  absl::Status OptionalInt(const std::string& key, std::optional<int64_t>* out) const {
+    if (!IsSet(key)) return absl::OkStatus();
+    int64_t value = 0;
+    FLAME_RETURN_IF_ERROR(Int(key, &value));
+    *out = value;
+    return absl::OkStatus();
+  }
+
+  absl::Status Number(const std::string& key, double* out) const {
+    if (!IsSet(key)) return absl::OkStatus();
+    const Json& v = root_.at(key);
+    if (!v.is_number()) return Error(key, absl::StrCat("must be a number (got ", v.dump(), ")"));
+    *out = v.get<double>();
+    if (!std::isfinite(*out)) return Error(key, "must be finite");
+    return absl::OkStatus();
+  }
+
+  absl::Status OptionalNumber(const std::string& key, std::optional<double>* out) const {
+    if (!IsSet(key)) return absl::OkStatus();
+    double value = 0;
+    FLAME_RETURN_IF_ERROR(Number(key, &value));
+    *out = value;
+    return absl::OkStatus();
+  }
+
+  absl::Status Bool(const std::string& key, bool* out) const {
+    if (!IsSet(key)) return absl::OkStatus();
+    const Json& v = root_.at(key);
+    if (!v.is_boolean()) return Error(key, absl::StrCat("must be true or false (got ", v.dump(),
+                                                        ")"));
+    *out = v.get<bool>();
+    return absl::OkStatus();
+  }
+
+  absl::Status String(const std::string& key, std::string* out) const {
+    if (!IsSet(key)) return absl::OkStatus();
+    const Json& v = root_.at(key);
+    if (!v.is_string()) return Error(key, absl::StrCat("must be a string (got ", v.dump(), ")"));
+    *out = v.get<std::string>();
+    return absl::OkStatus();
+  }
+
+  absl::Status Positive(const std::string& key, double value) const {
+    if (value > 0) return absl::OkStatus();
+    return Error(key, absl::StrCat("must be positive (got ", value, ")"));
+  }
+
+ private:
+  const Json& root_;
+  std::string source_;
+};
+
+absl::Status ParseCommon(const FieldReader& r, ModelConfig* c) {
+  FLAME_RETURN_IF_ERROR(r.Int("hidden_size", &c->hidden_size));
+  FLAME_RETURN_IF_ERROR(r.Int("num_hidden_layers", &c->num_hidden_layers));
+  FLAME_RETURN_IF_ERROR(r.Int("vocab_size", &c->vocab_size));
+  FLAME_RETURN_IF_ERROR(r.Number("hidden_ratio", &c->hidden_ratio));
+  FLAME_RETURN_IF_ERROR(r.OptionalInt("intermediate_size", &c->intermediate_size));
+  FLAME_RETURN_IF_ERROR(r.Number("norm_eps", &c->norm_eps));
+  FLAME_RETURN_IF_ERROR(r.Number("initializer_range", &c->initializer_range));
+  FLAME_RETURN_IF_ERROR(r.Bool("tie_word_embeddings", &c->tie_word_embeddings));
+  FLAME_RETURN_IF_ERROR(r.Int("bos_token_id", &c->bos_token_id));
+  FLAME_RETURN_IF_ERROR(r.Int("eos_token_id", &c->eos_token_id));
+  FLAME_RETURN_IF_ERROR(r.OptionalInt("pad_token_id", &c->pad_token_id));
+  FLAME_RETURN_IF_ERROR(r.Bool("fuse_norm", &c->fuse_norm));
+
+  FLAME_RETURN_IF_ERROR(r.Positive("hidden_size", c->hidden_size));
+  FLAME_RETURN_IF_ERROR(r.Positive("num_hidden_layers", c->num_hidden_layers));
+  FLAME_RETURN_IF_ERROR(r.Positive("vocab_size", c->vocab_size));
+  FLAME_RETURN_IF_ERROR(r.Positive("hidden_ratio", c->hidden_ratio));
+  FLAME_RETURN_IF_ERROR(r.Positive("norm_eps", c->norm_eps));
+  if (c->intermediate_size) FLAME_RETURN_IF_ERROR(r.Positive("intermediate_size",
+                                                             *c->intermediate_size));
+  if (c->initializer_range < 0) return r.Error("initializer_range", "must not be negative");
+  if (c->pad_token_id && (*c->pad_token_id < 0 || *c->pad_token_id >= c->vocab_size)) {
+    return r.Error("pad_token_id", "must be a token id below vocab_size");
+  }
+
+  // Settings that change the computation and that flame-worker does not implement yet.
+  std::string hidden_act = "swish";
+  FLAME_RETURN_IF_ERROR(r.String("hidden_act", &hidden_act));
+  if (hidden_act != "swish") return r.Error("hidden_act", "must be \"swish\" (fla's GatedMLP)");
+  if (r.IsSet("attn")) return r.Error("attn", "(hybrid attention layers) is not supported yet");
+  if (r.IsSet("attnres_block_size")) {
+    return r.Error("attnres_block_size", "(attention residuals) is not supported yet");
+  }
+  bool flag = false;
+  FLAME_RETURN_IF_ERROR(r.Bool("use_l2warp", &flag));
+  if (flag) return r.Error("use_l2warp", "is not supported yet");
+  bool fuse_ce = true, fuse_linear_ce = false;
+  FLAME_RETURN_IF_ERROR(r.Bool("fuse_cross_entropy", &fuse_ce));
+  FLAME_RETURN_IF_ERROR(r.Bool("fuse_linear_cross_entropy", &fuse_linear_ce));
+  if (fuse_ce && fuse_linear_ce) {
+    return r.Error("fuse_linear_cross_entropy", "and fuse_cross_entropy cannot both be true");
+  }
+  for (const char* key : {"fuse_swiglu", "use_cache", "use_gk", "use_gv"}) {
+    FLAME_RETURN_IF_ERROR(r.Bool(key, &flag));  // accepted; type-checked only
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseGla(const FieldReader& r, ModelConfig* c) {
+  GlaOptions& g = c->gla;
+  FLAME_RETURN_IF_ERROR(r.Int("num_heads", &g.num_heads));
+  g.num_kv_heads = g.num_heads;
+  FLAME_RETURN_IF_ERROR(r.Int("num_kv_heads", &g.num_kv_heads));
+  FLAME_RETURN_IF_ERROR(r.Number("expand_k", &g.expand_k));
+  FLAME_RETURN_IF_ERROR(r.Number("expand_v", &g.expand_v));
+  FLAME_RETURN_IF_ERROR(r.String("feature_map", &g.feature_map));
+  FLAME_RETURN_IF_ERROR(r.Bool("use_short_conv", &g.use_short_conv));
+  FLAME_RETURN_IF_ERROR(r.Int("conv_size", &g.conv_size));
+  FLAME_RETURN_IF_ERROR(r.Bool("use_output_gate", &g.use_output_gate));
+  FLAME_RETURN_IF_ERROR(r.Bool("elementwise_affine", &g.elementwise_affine));
+  FLAME_RETURN_IF_ERROR(r.OptionalNumber("clamp_min", &g.clamp_min));
+  std::string attn_mode = "chunk";
+  FLAME_RETURN_IF_ERROR(r.String("attn_mode", &attn_mode));
+  // The three modes compute the same function; they differ only in which kernel runs.
+  if (attn_mode != "chunk" && attn_mode != "fused_recurrent" && attn_mode != "fused_chunk") {
+    return r.Error("attn_mode", "must be chunk, fused_recurrent or fused_chunk");
+  }
+
+  FLAME_RETURN_IF_ERROR(r.Positive("num_heads", g.num_heads));
+  FLAME_RETURN_IF_ERROR(r.Positive("num_kv_heads", g.num_kv_heads));
+  FLAME_RETURN_IF_ERROR(r.Positive("expand_k", g.expand_k));
+  FLAME_RETURN_IF_ERROR(r.Positive("expand_v", g.expand_v));
+  FLAME_RETURN_IF_ERROR(r.Positive("conv_size", g.conv_size));
+  if (g.num_heads % g.num_kv_heads != 0) {
+    return r.Error("num_kv_heads", absl::StrCat("must divide num_heads (", g.num_heads, ")"));
+  }
+  const int64_t key_dim = g.KeyDim(c->hidden_size), value_dim = g.ValueDim(c->hidden_size);
+  if (key_dim <= 0 || key_dim % g.num_heads != 0) {
+    return r.Error("expand_k", absl::StrCat("gives a key dim of ", key_dim,
+                                            ", which must be a positive multiple of num_heads"));
+  }
+  if (value_dim <= 0 || value_dim % g.num_heads != 0) {
+    return r.Error("expand_v", absl::StrCat("gives a value dim of ", value_dim,
+                                            ", which must be a positive multiple of num_heads"));
+  }
+  if (!g.feature_map.empty() && g.feature_map != "relu" && g.feature_map != "swish" &&
+      g.feature_map != "sigmoid") {
+    return r.Error("feature_map", absl::StrCat("\"", g.feature_map,
+                                               "\" is not supported (null, relu, swish, sigmoid)"));
+  }
+  return absl::OkStatus();
+}
+
+struct FamilyEntry {
+  ModelFamily family;
+  std::function<absl::Status(const FieldReader&, ModelConfig*)> parse;
+};
+
+// model_type -> parser. Families of flame's configs that are not built yet are named in the
+// error so that users see "not yet" rather than "unknown".
+const std::map<std::string, FamilyEntry>& Families() {
+  static const auto* families = new std::map<std::string, FamilyEntry>{
+      {"gla", {ModelFamily::kGla, ParseGla}},
+  };
+  return *families;
+}
+
+}  // namespace
+
+int64_t GlaOptions::KeyDim(int64_t hidden_size) const {
+  return static_cast<int64_t>(static_cast<double>(hidden_size) * expand_k);
+}
+
+int64_t GlaOptions::ValueDim(int64_t hidden_size) const {
+  return static_cast<int64_t>(static_cast<double>(hidden_size) * expand_v);
+}
+
+int64_t ModelConfig::MlpIntermediateSize() const {
+  if (intermediate_size) return *intermediate_size;
+  const auto base = static_cast<int64_t>(static_cast<double>(hidden_size) * hidden_ratio * 2 / 3);
+  return 256 * ((base + 255) / 256);
+}
+
+absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
+                                             const std::string& source) {
+  Json root = Json::parse(json_text, /*cb=*/nullptr, /*allow_exceptions=*/false);
+  if (root.is_discarded()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": not valid JSON"));
+  }
+  if (!root.is_object()) {
+    return absl::InvalidArgumentError(absl::StrCat(source, ": must be a JSON object"));
+  }
+  FieldReader reader(root, source);
+  ModelConfig config;
+  FLAME_RETURN_IF_ERROR(reader.String("model_type", &config.model_type));
+  if (config.model_type.empty()) return reader.Error("model_type", "is required");
+  const auto it = Families().find(config.model_type);
+  if (it == Families().end()) {
+    static const char* const kPlanned[] = {"transformer", "retnet", "delta_net", "gated_deltanet"};
+    for (const char* planned : kPlanned) {
+      if (config.model_type == planned) {
+        return reader.Error("model_type", absl::StrCat("\"", planned,
+                                                       "\" is not supported yet (supported: gla)"));
+      }
+    }
+    return reader.Error("model_type", absl::StrCat("\"", config.model_type,
+                                                   "\" is unknown (supported: gla)"));
+  }
+  config.family = it->second.family;
+  FLAME_RETURN_IF_ERROR(ParseCommon(reader, &config));
+  FLAME_RETURN_IF_ERROR(it->second.parse(reader, &config));
+  return config;
+}
+
+absl::StatusOr<ModelConfig> LoadModelConfig(const std::string& path) {
+  FLAME_ASSIGN_OR_RETURN(std::string text, ReadFileToString(path));
+  return ParseModelConfig(text, path);
+}
+
+std::string DescribeModelConfig(const ModelConfig& c) {
+  std::string text = absl::StrCat(c.model_type, ": hidden ", c.hidden_size, ", ",
+                                  c.num_hidden_layers, " layers, vocab ", c.vocab_size, ", mlp ",
+                                  c.MlpIntermediateSize(), ", tied ", c.tie_word_embeddings);
+  if (c.family == ModelFamily::kGla) {
+    absl::StrAppend(&text, ", heads ", c.gla.num_heads, ", key dim ", c.gla.KeyDim(c.hidden_size),
+                    ", value dim ", c.gla.ValueDim(c.hidden_size));
+  }
+  return text;
+}
+
+}  // namespace flame::worker

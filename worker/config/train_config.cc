@@ -1,0 +1,106 @@
+#include "worker/config/train_config.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+
+namespace flame::worker {
+namespace {
+
+absl::Status Invalid(const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(key, " ", why));
+}
+
+absl::Status RequirePositive(const std::string& key, int64_t value) {
+  if (value > 0) return absl::OkStatus();
+  return Invalid(key, absl::StrCat("must be positive (got ", value, ")"));
+}
+
+}  // namespace
+
+std::string TrainConfig::CheckpointRoot() const {
+  if (dump_folder.empty()) return checkpoint.folder;
+  return absl::StrCat(dump_folder, "/", checkpoint.folder);
+}
+
+absl::Status ValidateTrainConfig(const TrainConfig& c) {
+  if (c.model_name != "fla") return Invalid("model.name", "must be \"fla\"");
+  if (c.model_config.empty()) return Invalid("model.config", "is required");
+  if (c.tokenizer_path.empty()) return Invalid("model.tokenizer_path", "is required");
+  if (c.optimizer.name != "AdamW" && c.optimizer.name != "Adam") {
+    return Invalid("optimizer.name", absl::StrCat("must be AdamW or Adam (got \"",
+                                                  c.optimizer.name, "\")"));
+  }
+  if (!(c.optimizer.lr > 0) || !std::isfinite(c.optimizer.lr)) {
+    return Invalid("optimizer.lr", "must be a positive number");
+  }
+  const std::string& decay = c.lr_scheduler.decay_type;
+  if (decay != "linear" && decay != "sqrt" && decay != "cosine") {
+    return Invalid("lr_scheduler.decay_type",
+                   absl::StrCat("must be linear, sqrt or cosine (got \"", decay, "\")"));
+  }
+  if (c.lr_scheduler.warmup_steps < 0) return Invalid("lr_scheduler.warmup_steps", "must be >= 0");
+  if (c.lr_scheduler.decay_ratio &&
+      !(*c.lr_scheduler.decay_ratio >= 0 && *c.lr_scheduler.decay_ratio <= 1)) {
+    return Invalid("lr_scheduler.decay_ratio", "must be in [0, 1]");
+  }
+  if (!(c.lr_scheduler.lr_min >= 0 && c.lr_scheduler.lr_min <= 1)) {
+    return Invalid("lr_scheduler.lr_min", "must be in [0, 1]");
+  }
+  const TrainingConfig& t = c.training;
+  FLAME_RETURN_IF_ERROR(RequirePositive("training.steps", t.steps));
+  FLAME_RETURN_IF_ERROR(RequirePositive("training.batch_size", t.batch_size));
+  FLAME_RETURN_IF_ERROR(RequirePositive("training.context_len", t.context_len));
+  FLAME_RETURN_IF_ERROR(
+      RequirePositive("training.gradient_accumulation_steps", t.gradient_accumulation_steps));
+  // The model predicts token t+1 from tokens <= t: a row of one token has nothing to learn.
+  if (t.seq_len < 2) return Invalid("training.seq_len", "must be at least 2");
+  if (t.varlen && t.batch_size != 1) {
+    return Invalid("training.batch_size", "must be 1 when training.varlen is set");
+  }
+  if (!(t.max_norm >= 0) || !std::isfinite(t.max_norm)) {
+    return Invalid("training.max_norm", "must be >= 0");
+  }
+  if (t.dataset.empty()) return Invalid("training.dataset", "is required");
+  if (c.checkpoint.enable_checkpoint) {
+    FLAME_RETURN_IF_ERROR(RequirePositive("checkpoint.interval", c.checkpoint.interval));
+  }
+  if (c.checkpoint.keep_latest_k < 0) return Invalid("checkpoint.keep_latest_k", "must be >= 0");
+  if (c.checkpoint.load_step < -1) return Invalid("checkpoint.load_step", "must be -1 or a step");
+  if (c.checkpoint.folder.empty()) return Invalid("checkpoint.folder", "must not be empty");
+  if (c.dump_folder.empty()) return Invalid("job.dump_folder", "is required");
+  return RequirePositive("metrics.log_freq", c.log_freq);
+}
+
+std::string DescribeTrainConfig(const TrainConfig& c) {
+  const TrainingConfig& t = c.training;
+  const std::vector<std::string> lines = {
+      absl::StrCat("job.dump_folder = ", c.dump_folder),
+      absl::StrCat("job.description = ", c.description),
+      absl::StrCat("model.config = ", c.model_config),
+      absl::StrCat("model.tokenizer_path = ", c.tokenizer_path),
+      absl::StrCat("optimizer = ", c.optimizer.name, " lr=", c.optimizer.lr, " eps=",
+                   c.optimizer.eps, " betas=(", c.optimizer.beta1, ", ", c.optimizer.beta2,
+                   ") weight_decay=", c.optimizer.weight_decay),
+      absl::StrCat("lr_scheduler = warmup ", c.lr_scheduler.warmup_steps, ", decay ",
+                   c.lr_scheduler.decay_type, ", decay_ratio ",
+                   c.lr_scheduler.decay_ratio ? absl::StrCat(*c.lr_scheduler.decay_ratio)
+                                              : std::string("unset"),
+                   ", lr_min ", c.lr_scheduler.lr_min),
+      absl::StrCat("training = batch ", t.batch_size, " x seq ", t.seq_len, ", ga ",
+                   t.gradient_accumulation_steps, ", steps ", t.steps, ", max_norm ", t.max_norm,
+                   ", skip_nan_inf ", t.skip_nan_inf, ", varlen ", t.varlen, ", context_len ",
+                   t.context_len, ", seed ", t.seed),
+      absl::StrCat("training.dataset = ", absl::StrJoin(t.dataset, ",")),
+      absl::StrCat("checkpoint = ", c.checkpoint.enable_checkpoint ? "on" : "off", ", folder ",
+                   c.checkpoint.folder, ", interval ", c.checkpoint.interval, ", keep_latest_k ",
+                   c.checkpoint.keep_latest_k, ", load_step ", c.checkpoint.load_step),
+      absl::StrCat("metrics.log_freq = ", c.log_freq),
+      absl::StrCat("resources.device = ", c.device),
+  };
+  return absl::StrJoin(lines, "\n");
+}
+
+}  // namespace flame::worker

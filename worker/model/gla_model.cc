@@ -1,0 +1,138 @@
+#include "worker/model/gla_model.h"
+
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "worker/ops/gla.h"
+
+namespace flame::worker::model {
+
+GatedLinearAttentionImpl::GatedLinearAttentionImpl(const ModelConfig& config)
+    : options_(config.gla) {
+  const int64_t d = config.hidden_size;
+  const int64_t key_dim = options_.KeyDim(d), value_dim = options_.ValueDim(d);
+  const int64_t groups = options_.num_heads / options_.num_kv_heads;
+  head_k_dim_ = key_dim / options_.num_heads;
+  head_v_dim_ = value_dim / options_.num_heads;
+
+  // Registration order is fla's __init__ order: it fixes the draw order of the initialisation.
+  q_proj_ = register_module("q_proj", MakeLinear(d, key_dim));
+  k_proj_ = register_module("k_proj", MakeLinear(d, key_dim / groups));
+  v_proj_ = register_module("v_proj", MakeLinear(d, value_dim / groups));
+  if (options_.use_output_gate) g_proj_ = register_module("g_proj", MakeLinear(d, value_dim));
+  if (options_.use_short_conv) {
+    q_conv1d_ = register_module("q_conv1d", ShortConvolution(key_dim, options_.conv_size));
+    k_conv1d_ =
+        register_module("k_conv1d", ShortConvolution(key_dim / groups, options_.conv_size));
+    v_conv1d_ =
+        register_module("v_conv1d", ShortConvolution(value_dim / groups, options_.conv_size));
+  }
+  // Low-rank gate: d -> 16 (no bias) -> key dim (bias), parameters gk_proj.0.*, gk_proj.1.*.
+  gk_proj_ = register_module(
+      "gk_proj", torch::nn::Sequential(MakeLinear(d, options_.gate_low_rank_dim),
+                                       MakeLinear(options_.gate_low_rank_dim, key_dim / groups,
+                                                  /*bias=*/true)));
+  o_proj_ = register_module("o_proj", MakeLinear(value_dim, d));
+  // fla names the output norm after its implementation: the fused norm+swish-gate kernel when
+  // fuse_norm is on and there is a gate, a plain (float32) RMSNorm otherwise.
+  if (options_.use_output_gate && config.fuse_norm) {
+    gated_norm_ = register_module(
+        "g_norm_swish_gate",
+        GatedRmsNorm(head_v_dim_, config.norm_eps, options_.elementwise_affine));
+  } else {
+    norm_ = register_module("g_norm",
+                            RmsNorm(head_v_dim_, config.norm_eps, options_.elementwise_affine));
+  }
+}
+
+torch::Tensor GatedLinearAttentionImpl::SplitHeads(const torch::Tensor& x,
+                                                    int64_t head_dim) const {
+  const int64_t groups = options_.num_heads / options_.num_kv_heads;
+  torch::Tensor heads = x.unflatten(-1, {-1, head_dim});  // [B, T, H_kv, d]
+  return groups == 1 ? heads : heads.repeat_interleave(groups, /*dim=*/2);
+}
+
+torch::Tensor GatedLinearAttentionImpl::FeatureMap(const torch::Tensor& x) const {
+  if (options_.feature_map == "relu") return torch::relu(x);
+  if (options_.feature_map == "swish") return Swish(x);
+  if (options_.feature_map == "sigmoid") return torch::sigmoid(x);
+  return x;
+}
+
+torch::Tensor GatedLinearAttentionImpl::forward(const torch::Tensor& x,
+                                                const torch::Tensor& cu_seqlens) {
+  torch::Tensor q = q_proj_(x), k = k_proj_(x), v = v_proj_(x);  // [B, T, Dk | Dv]
+  if (options_.use_short_conv) {
+    q = q_conv1d_(q, cu_seqlens);
+    k = k_conv1d_(k, cu_seqlens);
+    v = v_conv1d_(v, cu_seqlens);
+  }
+  q = FeatureMap(q.unflatten(-1, {options_.num_heads, head_k_dim_}));  // [B, T, H, dk]
+  k = FeatureMap(SplitHeads(k, head_k_dim_));                          // [B, T, H, dk]
+  v = SplitHeads(v, head_v_dim_);                                      // [B, T, H, dv]
+  // Per-channel log decay in (-inf, 0], softened by fla's fixed gate_logit_normalizer (16).
+  torch::Tensor gk = torch::log_sigmoid(SplitHeads(gk_proj_->forward(x), head_k_dim_)) /
+                     static_cast<double>(options_.gate_logit_normalizer);  // [B, T, H, dk]
+  if (options_.clamp_min) gk = torch::clamp_min(gk, *options_.clamp_min);
+
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_k_dim_));
+  torch::Tensor o = ops::ChunkGla(q, k, v, gk, scale, /*initial_state=*/{},
+                                  /*output_final_state=*/false, cu_seqlens)
+                        .output;  // [B, T, H, dv]
+  if (options_.use_output_gate) {
+    const torch::Tensor gate = g_proj_(x).unflatten(-1, {options_.num_heads, head_v_dim_});
+    o = gated_norm_ ? gated_norm_(o, gate) : norm_(o) * Swish(gate);
+  } else {
+    o = norm_(o);
+  }
+  return o_proj_(o.flatten(-2));  // [B, T, hidden]
+}
+
+GlaBlockImpl::GlaBlockImpl(const ModelConfig& config) {
+  attn_norm_ = register_module("attn_norm", RmsNorm(config.hidden_size, config.norm_eps));
+  attn_ = register_module("attn", GatedLinearAttention(config));
+  mlp_norm_ = register_module("mlp_norm", RmsNorm(config.hidden_size, config.norm_eps));
+  mlp_ = register_module("mlp", GatedMlp(config.hidden_size, config.MlpIntermediateSize()));
+}
+
+torch::Tensor GlaBlockImpl::forward(const torch::Tensor& h, const torch::Tensor& cu_seqlens) {
+  // fla's fused "add + norm": residual = h + attn(norm(h)); out = residual + mlp(norm(residual)).
+  const torch::Tensor residual = h + attn_(attn_norm_(h), cu_seqlens);
+  return residual + mlp_(mlp_norm_(residual));
+}
+
+GlaModelImpl::GlaModelImpl(const ModelConfig& config) {
+  auto embedding_options = torch::nn::EmbeddingOptions(config.vocab_size, config.hidden_size);
+  if (config.pad_token_id) embedding_options.padding_idx(*config.pad_token_id);
+  embeddings = register_module("embeddings", torch::nn::Embedding(embedding_options));
+  layers_ = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers_->push_back(GlaBlock(config));
+  norm_ = register_module("norm", RmsNorm(config.hidden_size, config.norm_eps));
+}
+
+torch::Tensor GlaModelImpl::forward(const torch::Tensor& input_ids,
+                                    const torch::Tensor& cu_seqlens) {
+  torch::Tensor h = embeddings(input_ids);  // [B, T, hidden]
+  for (const auto& layer : *layers_) h = layer->as<GlaBlock>()->forward(h, cu_seqlens);
+  return norm_(h);
+}
+
+GlaForCausalLm::GlaForCausalLm(const ModelConfig& config) {
+  model_ = register_module("model", GlaModel(config));
+  if (!config.tie_word_embeddings) {
+    lm_head_ = register_module("lm_head", MakeLinear(config.hidden_size, config.vocab_size));
+  }
+}
+
+CausalLmOutput GlaForCausalLm::Forward(const torch::Tensor& input_ids, const torch::Tensor& labels,
+                                       const torch::Tensor& cu_seqlens) {
+  const torch::Tensor hidden = model_(input_ids, cu_seqlens);  // [B, T, hidden]
+  CausalLmOutput out;
+  out.logits = lm_head_ ? lm_head_(hidden)
+                        : torch::nn::functional::linear(hidden, model_->embeddings->weight);
+  if (labels.defined()) out.loss = ShiftedCrossEntropy(out.logits, labels);
+  return out;
+}
+
+}  // namespace flame::worker::model

@@ -1,0 +1,416 @@
+#include "worker/trainer.h"
+
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+#include "common/logging.h"
+#include "common/status_macros.h"
+#include "worker/optim/optimizer.h"
+
+namespace flame::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Resident set size in GiB (CPU stand-in for flame's memory/max_reserved).
+double ResidentGib() {
+  std::ifstream statm("/proc/self/statm");
+  int64_t total_pages = 0, resident_pages = 0;
+  if (!(statm >> total_pages >> resident_pages)) return 0;
+  return static_cast<double>(resident_pages) * static_cast<double>(::sysconf(_SC_PAGESIZE)) /
+         (1024.0 * 1024.0 * 1024.0);
+}
+
+std::string Clock24(double seconds) {
+  const auto total = static_cast<int64_t>(std::max(0.0, seconds));
+  return absl::StrFormat("%02d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
+}
+
+// 1234567 -> "1,234,567" (flame's {:,} formatting).
+std::string Grouped(int64_t value) {
+  const std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string grouped = value < 0 ? "-" : "";
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) grouped.push_back(',');
+    grouped.push_back(digits[i]);
+  }
+  return grouped;
+}
+
+// Lines for the job log: stdout, flushed, so that `flamectl logs -f` sees them at once.
+void Print(const std::string& line) {
+  std::fwrite(line.data(), 1, line.size(), stdout);
+  std::fputc('\n', stdout);
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+Trainer::Trainer(TrainConfig config, TrainerContext context)
+    : config_(std::move(config)), context_(context) {}
+
+Trainer::~Trainer() = default;
+
+absl::StatusOr<TrainResult> Trainer::Run() {
+  // The one boundary where LibTorch exceptions (c10::Error, std::exception) become a Status.
+  try {
+    FLAME_RETURN_IF_ERROR(Setup());
+    FLAME_RETURN_IF_ERROR(Restore());
+    BroadcastParameters();
+    LogBanner();
+    start_time_ = Clock::now();
+    window_ = Window{};
+    window_.start = start_time_;
+    while (state_.step < config_.training.steps) {
+      FLAME_ASSIGN_OR_RETURN(const Directive directive, TrainStep());
+      const bool last = state_.step == config_.training.steps;
+      FLAME_RETURN_IF_ERROR(MaybeLog(/*force=*/last || directive != Directive::kContinue));
+      if (directive == Directive::kAbandon) return TrainResult{TrainOutcome::kAbandoned, step()};
+      FLAME_RETURN_IF_ERROR(MaybeCheckpoint(directive));
+      if (directive == Directive::kStop) return TrainResult{TrainOutcome::kStopped, step()};
+      if (directive == Directive::kCheckpointStop) {
+        return TrainResult{TrainOutcome::kPaused, step()};
+      }
+    }
+    return TrainResult{TrainOutcome::kCompleted, step()};
+  } catch (const c10::Error& e) {
+    return absl::InternalError(absl::StrCat("step ", state_.step + 1, ": ",
+                                            e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    return absl::InternalError(absl::StrCat("step ", state_.step + 1, ": ", e.what()));
+  }
+}
+
+absl::Status Trainer::Setup() {
+  FLAME_RETURN_IF_ERROR(ValidateTrainConfig(config_));
+  rank_ = context_.communicator->rank();
+  world_size_ = context_.communicator->world_size();
+  if (config_.device == "cuda") {
+    return absl::UnimplementedError("resources.device = cuda: this flame-worker runs on CPU only");
+  }
+  torch::manual_seed(static_cast<uint64_t>(config_.training.seed));
+  at::globalContext().setDeterministicAlgorithms(config_.training.deterministic, false);
+
+  FLAME_ASSIGN_OR_RETURN(tokenizer_, LoadSentencePieceTokenizer(config_.tokenizer_path));
+  FLAME_ASSIGN_OR_RETURN(model_config_, LoadModelConfig(config_.model_config));
+  if (tokenizer_->VocabSize() > model_config_.vocab_size) {
+    // flame: config.vocab_size = max(tokenizer.vocab_size, config.vocab_size).
+    FLAME_LOG(WARNING) << "vocab_size " << model_config_.vocab_size << " is below the tokenizer's "
+                       << tokenizer_->VocabSize() << "; using the tokenizer's";
+    model_config_.vocab_size = tokenizer_->VocabSize();
+  }
+
+  LoaderOptions data;
+  data.files = config_.training.dataset;
+  data.batch_size = config_.training.batch_size;
+  data.seq_len = config_.training.seq_len;
+  data.rank = rank_;
+  data.world_size = world_size_;
+  data.varlen = config_.training.varlen;
+  data.context_len = config_.training.context_len;
+  FLAME_ASSIGN_OR_RETURN(loader_, TextBatchLoader::Create(data, tokenizer_.get()));
+
+  model_ = model::BuildCausalLm(model_config_, static_cast<uint64_t>(config_.training.seed));
+  model_->train();
+  parameters_ = model_->parameters();
+  optimizer_ = BuildOptimizer(config_.optimizer, parameters_);
+  schedule_ = std::make_unique<LrSchedule>(config_.lr_scheduler, config_.training.steps,
+                                           config_.optimizer.lr);
+  checkpoints_ = std::make_unique<CheckpointStore>(config_.CheckpointRoot());
+  if (rank_ == 0) {
+    FLAME_LOG(INFO) << "model " << DescribeModelConfig(model_config_);
+    if (config_.print_args) Print(DescribeTrainConfig(config_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int64_t> Trainer::ChooseCheckpoint() {
+  // Rank 0 decides and tells the others, so that all ranks load the same step even if the
+  // folder changes while they look (rank 0 removes interrupted saves first).
+  int64_t chosen = -1;
+  absl::Status status;
+  if (rank_ == 0) {
+    status = MakeDirectories(checkpoints_->root());
+    if (status.ok()) status = checkpoints_->RemoveTemporaries();
+    const int64_t requested = config_.checkpoint.load_step;
+    if (status.ok() && requested >= 0) {
+      status = checkpoints_->Verify(requested);
+      if (status.ok()) {
+        chosen = requested;
+      } else {
+        status = absl::FailedPreconditionError(absl::StrCat(
+            "checkpoint.load_step = ", requested, ": cannot load it: ", status.message()));
+      }
+    } else if (status.ok()) {
+      chosen = checkpoints_->FindNewestValid().value_or(-1);
+    }
+  }
+  // -2 carries rank 0's failure to the other ranks.
+  torch::Tensor choice = torch::tensor({status.ok() ? chosen : int64_t{-2}}, torch::kFloat64);
+  context_.communicator->Broadcast(choice, 0);
+  if (!status.ok()) return status;
+  const auto agreed = static_cast<int64_t>(choice.item<double>());
+  if (agreed == -2) return absl::AbortedError("rank 0 could not choose a checkpoint");
+  return agreed;
+}
+
+absl::Status Trainer::Restore() {
+  if (!config_.checkpoint.enable_checkpoint) return absl::OkStatus();
+  FLAME_ASSIGN_OR_RETURN(const int64_t step, ChooseCheckpoint());
+  if (step < 0) return absl::OkStatus();  // a fresh start
+  CheckpointState saved;
+  FLAME_RETURN_IF_ERROR(checkpoints_->Load(step, &saved, *model_, *optimizer_));
+  if (!config_.spec_hash.empty() && saved.spec_hash != config_.spec_hash) {
+    FLAME_LOG(WARNING) << "checkpoint step-" << step << " was written by a job spec with another "
+                       << "hash (" << saved.spec_hash << "): the job changed since";
+  }
+  FLAME_RETURN_IF_ERROR(RestoreDataPosition(saved));
+  state_ = saved.train_state;
+  elapsed_before_ = state_.elapsed_seconds;
+  resumed_from_step_ = state_.step;
+  last_saved_step_ = state_.step;
+  if (rank_ == 0) {
+    FLAME_LOG(INFO) << "restored " << checkpoints_->StepPath(step);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RestoreDataPosition(const CheckpointState& saved) {
+  std::vector<DataPosition> positions;
+  for (const std::string& encoded : saved.data_positions) {
+    FLAME_ASSIGN_OR_RETURN(DataPosition position, DecodeDataPosition(encoded));
+    positions.push_back(std::move(position));
+  }
+  if (saved.world_size == world_size_ && static_cast<int64_t>(positions.size()) == world_size_) {
+    return loader_->Restore(positions[static_cast<size_t>(rank_)]);
+  }
+  if (rank_ == 0) {
+    FLAME_LOG(WARNING) << "the checkpoint was written by " << saved.world_size << " ranks, this "
+                       << "run has " << world_size_ << ": every rank restarts its data at the "
+                       << "earliest saved document (a few documents are seen twice)";
+  }
+  if (positions.empty()) return absl::DataLossError("the checkpoint has no data positions");
+  return loader_->Restore(ReshardDataPosition(positions, rank_, world_size_));
+}
+
+void Trainer::BroadcastParameters() {
+  // Identical initial weights on every rank: rank 0's, after its initialisation or restore.
+  if (world_size_ == 1) return;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> flat;
+  for (const torch::Tensor& p : parameters_) flat.push_back(p.detach().flatten());
+  torch::Tensor buffer = torch::cat(flat);
+  context_.communicator->Broadcast(buffer, 0);
+  int64_t offset = 0;
+  for (torch::Tensor& p : parameters_) {
+    p.copy_(buffer.narrow(0, offset, p.numel()).view_as(p));
+    offset += p.numel();
+  }
+}
+
+absl::StatusOr<Directive> Trainer::TrainStep() {
+  const int64_t step = state_.step + 1;
+  const int64_t accumulation = config_.training.gradient_accumulation_steps;
+  // flame's LambdaLR: optimizer step s (1-based) uses factor(s - 1).
+  SetLearningRate(*optimizer_, schedule_->LearningRate(step - 1));
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  double loss_sum = 0;
+  for (int64_t micro = 0; micro < accumulation; ++micro) {
+    FLAME_ASSIGN_OR_RETURN(const double loss, ForwardBackward());
+    loss_sum += loss;
+  }
+  double loss = loss_sum / static_cast<double>(accumulation);  // this rank's
+  window_.local_losses.push_back(loss);
+  const Directive directive = ReduceGradients(context_.directives->Current(step), &loss);
+
+  last_grad_norm_ = ClipGradNorm(parameters_, config_.training.max_norm);
+  if (!std::isfinite(last_grad_norm_) && config_.training.skip_nan_inf) {
+    FLAME_LOG(WARNING) << "step " << step << ": skipping the optimizer step, gradient norm is "
+                       << last_grad_norm_;
+    optimizer_->zero_grad(/*set_to_none=*/true);
+    ++state_.skipped_steps;
+  } else {
+    optimizer_->step();
+  }
+  state_.step = step;
+  state_.tokens += accumulation * config_.training.batch_size * config_.training.seq_len *
+                   world_size_;
+  step_losses_[step] = loss;
+  return directive;
+}
+
+absl::StatusOr<double> Trainer::ForwardBackward() {
+  const Clock::time_point data_start = Clock::now();
+  FLAME_ASSIGN_OR_RETURN(Batch batch, loader_->Next());
+  window_.data_seconds += Seconds(Clock::now() - data_start);
+  window_.local_tokens += batch.batch_size * batch.seq_len;
+
+  const torch::Tensor ids =
+      torch::from_blob(batch.ids.data(), {batch.batch_size, batch.seq_len}, torch::kInt32)
+          .to(torch::kInt64);  // [B, T]; labels are the same ids (the model shifts them)
+  torch::Tensor cu_seqlens;
+  if (!batch.cu_seqlens.empty()) {
+    cu_seqlens = torch::tensor(batch.cu_seqlens, torch::kInt64);  // [N + 1]
+  }
+  const model::CausalLmOutput out = model_->Forward(ids, ids, cu_seqlens);
+  // Each micro-batch adds 1/GA of its gradient: the step's gradient is the mean over them.
+  (out.loss / static_cast<double>(config_.training.gradient_accumulation_steps)).backward();
+  return out.loss.item<double>();
+}
+
+Directive Trainer::ReduceGradients(Directive local, double* loss) {
+  // One all-reduce (average) per step carries the gradients, this step's loss and the
+  // directive as one-hot flags: a flag above 0 after averaging means some rank saw it.
+  constexpr int64_t kFlags = 3;  // stop, checkpoint-stop, abandon
+  if (world_size_ == 1) return local;
+  torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> pieces;
+  for (torch::Tensor& p : parameters_) {
+    if (!p.grad().defined()) p.mutable_grad() = torch::zeros_like(p);
+    pieces.push_back(p.grad().flatten());
+  }
+  torch::Tensor tail = torch::zeros({1 + kFlags}, torch::kFloat32);
+  tail[0] = *loss;
+  if (local != Directive::kContinue) tail[static_cast<int>(local)] = 1.0;
+  pieces.push_back(tail);
+  torch::Tensor buffer = torch::cat(pieces);
+  context_.communicator->AllReduce(buffer, ReduceOp::kAvg);
+
+  int64_t offset = 0;
+  for (torch::Tensor& p : parameters_) {
+    p.grad().copy_(buffer.narrow(0, offset, p.numel()).view_as(p));
+    offset += p.numel();
+  }
+  const torch::Tensor reduced = buffer.narrow(0, offset, 1 + kFlags);
+  *loss = reduced[0].item<double>();
+  Directive agreed = Directive::kContinue;
+  for (int flag = 1; flag <= kFlags; ++flag) {
+    if (reduced[flag].item<float>() > 0) agreed = static_cast<Directive>(flag);
+  }
+  return agreed;
+}
+
+absl::Status Trainer::MaybeLog(bool force) {
+  const int64_t step = state_.step;
+  if (!(force || step == 1 || step % config_.log_freq == 0)) return absl::OkStatus();
+  // flame: the mean of this rank's step losses since the last log, averaged over ranks, and
+  // their maximum over ranks.
+  const std::vector<double>& losses = window_.local_losses;
+  double sum = 0, max = -INFINITY;
+  for (double l : losses) sum += l, max = std::max(max, l);
+  torch::Tensor avg_loss = torch::tensor({sum / static_cast<double>(losses.size())},
+                                         torch::kFloat64);
+  torch::Tensor max_loss = torch::tensor({max}, torch::kFloat64);
+  context_.communicator->AllReduce(avg_loss, ReduceOp::kAvg);
+  context_.communicator->AllReduce(max_loss, ReduceOp::kMax);
+
+  const double window_seconds = std::max(1e-9, Seconds(Clock::now() - window_.start));
+  ProgressUpdate p;
+  p.step = step;
+  p.total_steps = config_.training.steps;
+  p.tokens = state_.tokens;
+  p.loss = avg_loss.item<double>();
+  p.max_loss = max_loss.item<double>();
+  // Like flame, the LR shown is the scheduler's value after this step (the next step's LR).
+  p.lr = schedule_->LearningRate(step);
+  p.grad_norm = last_grad_norm_;
+  p.tokens_per_second = static_cast<double>(window_.local_tokens) / window_seconds;
+  p.memory_gib = ResidentGib();
+  p.data_loading_share = 100.0 * window_.data_seconds / window_seconds;
+  p.skipped_steps = state_.skipped_steps;
+  p.elapsed_seconds = ElapsedSeconds();
+  p.resumed_from_step = resumed_from_step_;
+  state_.elapsed_seconds = p.elapsed_seconds;
+
+  if (rank_ == 0) {
+    const int64_t done = step - resumed_from_step_;
+    const double eta = (ElapsedSeconds() - elapsed_before_) / static_cast<double>(done) *
+                       static_cast<double>(config_.training.steps - step);
+    Print(absl::StrFormat(
+        "step: %8s token: %15s  loss: %7.4f  lr: %.4e gnorm: %5.2f memory: %5.2fGiB tps: "
+        "%7s mfu: %6.2f%% data: %4.1f%% [%s<%s]",
+        Grouped(step), Grouped(p.tokens), p.loss, p.lr, p.grad_norm, p.memory_gib,
+        Grouped(std::llround(p.tokens_per_second)), p.mfu, p.data_loading_share,
+        Clock24(p.elapsed_seconds), Clock24(eta)));
+    context_.progress->ReportProgress(p);
+  }
+  window_ = Window{};
+  window_.start = Clock::now();
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::MaybeCheckpoint(Directive directive) {
+  const int64_t step = state_.step;
+  const bool due = config_.checkpoint.enable_checkpoint &&
+                   (step % config_.checkpoint.interval == 0 || step == config_.training.steps);
+  // A pause always saves: PAUSED promises a checkpoint to resume from.
+  if ((due || directive == Directive::kCheckpointStop) && step != last_saved_step_) {
+    return SaveCheckpoint();
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SaveCheckpoint() {
+  // Every rank's data position goes into the checkpoint: gathered to all, written by rank 0.
+  CheckpointState checkpoint;
+  checkpoint.train_state = state_;
+  checkpoint.train_state.elapsed_seconds = ElapsedSeconds();
+  checkpoint.spec_hash = config_.spec_hash;
+  checkpoint.world_size = world_size_;
+  checkpoint.data_positions =
+      context_.communicator->AllGather(EncodeDataPosition(loader_->Position()));
+  absl::Status status;
+  if (rank_ == 0) {
+    absl::StatusOr<CheckpointInfo> saved = checkpoints_->Save(checkpoint, *model_, *optimizer_);
+    status = saved.status();
+    if (saved.ok()) {
+      status = checkpoints_->Prune(config_.checkpoint.keep_latest_k);
+      Print(absl::StrCat("saved checkpoint ", saved->path, " (", Grouped(saved->bytes),
+                         " bytes)"));
+      context_.progress->CommitCheckpoint(*saved);
+    }
+  }
+  // All ranks learn whether rank 0 succeeded, so they stop together instead of waiting on it.
+  torch::Tensor failed = torch::tensor({status.ok() ? 0.0 : 1.0}, torch::kFloat64);
+  context_.communicator->AllReduce(failed, ReduceOp::kMax);
+  if (!status.ok()) return status;
+  if (failed.item<double>() > 0) return absl::AbortedError("rank 0 failed to save a checkpoint");
+  last_saved_step_ = state_.step;
+  return absl::OkStatus();
+}
+
+double Trainer::ElapsedSeconds() const {
+  return elapsed_before_ + Seconds(Clock::now() - start_time_);
+}
+
+void Trainer::LogBanner() const {
+  if (rank_ != 0) return;
+  const TrainingConfig& t = config_.training;
+  const int64_t global_batch = t.batch_size * world_size_ * t.gradient_accumulation_steps;
+  const int64_t tokens_per_step = global_batch * t.seq_len;
+  const int64_t warmup = schedule_->warmup_steps();
+  Print("***** Running training *****");
+  Print(absl::StrCat("  Training starts at step ", state_.step + 1));
+  Print(absl::StrCat("  Number of tokens per sequence = ", Grouped(t.seq_len)));
+  Print(absl::StrCat("  Gradient Accumulation steps = ", t.gradient_accumulation_steps));
+  Print(absl::StrCat("  Instantaneous batch size (per device) = ", Grouped(t.batch_size)));
+  Print(absl::StrCat("  Global batch size (w. parallel, distributed & accumulation) = ",
+                     Grouped(global_batch), " (", Grouped(tokens_per_step), " tokens)"));
+  Print(absl::StrCat("  Total optimization steps = ", Grouped(t.steps), " (",
+                     Grouped(t.steps * tokens_per_step), " tokens)"));
+  Print(absl::StrCat("  Warmup steps = ", Grouped(warmup), " (",
+                     Grouped(warmup * tokens_per_step), " tokens)"));
+  Print(absl::StrCat("  Number of parameters = ", Grouped(model::CountParameters(*model_))));
+}
+
+}  // namespace flame::worker

@@ -1,0 +1,114 @@
+// Trainer: flame's training loop (reference/flame_train.py) for one rank, in named phases like
+// torchtitan's:
+//
+//   Run()
+//     Setup()             tokenizer, model config, data loader, model, optimizer, schedule
+//     Restore()           newest valid checkpoint (or checkpoint.load_step): weights,
+//                         optimizer, train state, this rank's data position
+//     loop: TrainStep()   ForwardBackward per micro-batch, one gradient reduction, clip,
+//                         optimizer step (or skip on NaN/Inf), LR schedule
+//           MaybeLog()    global avg/max loss, lr, grad norm, tokens/s, ... to stdout and the
+//                         ProgressSink (rank 0)
+//           MaybeCheckpoint()  every checkpoint.interval steps, at the end, and on pause
+//
+// The directive (continue / stop / pause / abandon) is read once per step and agreed on by all
+// ranks inside the step's gradient reduction, so every rank leaves the loop after the same step.
+// LibTorch exceptions stop at Run(): it returns a Status, never throws.
+#pragma once
+
+#include <torch/optim/optimizer.h>
+
+#include <chrono>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/checkpoint/checkpoint_store.h"
+#include "worker/config/model_config.h"
+#include "worker/config/train_config.h"
+#include "worker/data/text_batch_loader.h"
+#include "worker/data/tokenizer.h"
+#include "worker/dist/communicator.h"
+#include "worker/model/causal_lm.h"
+#include "worker/optim/lr_schedule.h"
+#include "worker/progress.h"
+
+namespace flame::worker {
+
+// What the process around the trainer provides. Not owned.
+struct TrainerContext {
+  Communicator* communicator = nullptr;
+  ProgressSink* progress = nullptr;        // rank 0 reports; others may pass a NullProgressSink
+  DirectiveSource* directives = nullptr;
+};
+
+enum class TrainOutcome { kCompleted, kStopped, kPaused, kAbandoned };
+
+struct TrainResult {
+  TrainOutcome outcome = TrainOutcome::kCompleted;
+  int64_t step = 0;  // the last step trained
+};
+
+class Trainer {
+ public:
+  Trainer(TrainConfig config, TrainerContext context);
+  ~Trainer();
+
+  absl::StatusOr<TrainResult> Run();
+
+  // The last completed step (what Finish reports after an error).
+  int64_t step() const { return state_.step; }
+  // Global average loss of every step this trainer ran, by step (for tests and logs).
+  const std::map<int64_t, double>& step_losses() const { return step_losses_; }
+  int64_t resumed_from_step() const { return resumed_from_step_; }
+  // The model, for tests that compare ranks' weights.
+  model::CausalLm& model() { return *model_; }
+
+ private:
+  absl::Status Setup();
+  absl::Status Restore();
+  absl::StatusOr<int64_t> ChooseCheckpoint();  // rank 0's choice, broadcast; -1: none
+  absl::Status RestoreDataPosition(const CheckpointState& saved);
+  absl::StatusOr<Directive> TrainStep();
+  absl::StatusOr<double> ForwardBackward();  // one micro-batch; returns its loss
+  Directive ReduceGradients(Directive local, double* loss);
+  void BroadcastParameters();
+  absl::Status MaybeLog(bool force);
+  absl::Status MaybeCheckpoint(Directive directive);
+  absl::Status SaveCheckpoint();
+  void LogBanner() const;
+  double ElapsedSeconds() const;
+
+  TrainConfig config_;
+  TrainerContext context_;
+  int64_t rank_ = 0;
+  int64_t world_size_ = 1;
+
+  ModelConfig model_config_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<TextBatchLoader> loader_;
+  std::shared_ptr<model::CausalLm> model_;
+  std::vector<torch::Tensor> parameters_;
+  std::unique_ptr<torch::optim::Optimizer> optimizer_;
+  std::unique_ptr<LrSchedule> schedule_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+
+  TrainState state_;
+  int64_t resumed_from_step_ = 0;
+  int64_t last_saved_step_ = -1;
+  double elapsed_before_ = 0;  // restored elapsed seconds of earlier attempts
+  std::chrono::steady_clock::time_point start_time_;
+  std::map<int64_t, double> step_losses_;
+
+  // Since the last log line.
+  struct Window {
+    std::vector<double> local_losses;
+    int64_t local_tokens = 0;
+    double data_seconds = 0;
+    std::chrono::steady_clock::time_point start;
+  } window_;
+  double last_grad_norm_ = 0;
+};
+
+}  // namespace flame::worker
