@@ -8,9 +8,9 @@
 #include <utility>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "server/bearer_token.h"
 #include "server/grpc_status.h"
 #include "server/job_state_machine.h"
 
@@ -18,15 +18,6 @@ namespace flame::server {
 namespace {
 
 constexpr size_t kLogChunkBytes = 64 * 1024;
-
-// Compares in time independent of where the strings differ, so that the token cannot be
-// guessed byte by byte from response times.
-bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
-  if (a.size() != b.size()) return false;
-  unsigned char diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i]);
-  return diff == 0;
-}
 
 grpc::Status Answer(absl::StatusOr<flame::v1::Job> job, flame::v1::Job* response) {
   if (!job.ok()) return ToGrpcStatus(job.status());
@@ -69,20 +60,7 @@ CoordinatorService::CoordinatorService(JobManager* manager, CoordinatorServiceOp
     : manager_(manager), options_(std::move(options)) {}
 
 grpc::Status CoordinatorService::Authorize(const grpc::ServerContext& context) const {
-  if (options_.auth_token.empty()) return grpc::Status::OK;
-  const auto& metadata = context.client_metadata();
-  auto it = metadata.find("authorization");
-  if (it == metadata.end()) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "this flamed requires a bearer token for changes (authorization metadata)");
-  }
-  const absl::string_view value(it->second.data(), it->second.size());
-  constexpr absl::string_view kScheme = "Bearer ";
-  if (!absl::StartsWith(value, kScheme) ||
-      !ConstantTimeEquals(value.substr(kScheme.size()), options_.auth_token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "the bearer token is not valid");
-  }
-  return grpc::Status::OK;
+  return CheckBearerToken(context, options_.auth_token);
 }
 
 grpc::Status CoordinatorService::SubmitJob(grpc::ServerContext* context,
@@ -103,7 +81,12 @@ grpc::Status CoordinatorService::ListJobs(grpc::ServerContext* context,
                                           flame::v1::ListJobsResponse* response) {
   std::vector<flame::v1::JobState> states;
   for (int state : request->states()) states.push_back(static_cast<flame::v1::JobState>(state));
-  for (flame::v1::Job& job : manager_->List(states)) *response->add_jobs() = std::move(job);
+  for (flame::v1::Job& job : manager_->List(states)) {
+    // A list is a summary: metric histories (up to hundreds of points per job) would make it
+    // outgrow gRPC's message limit on a busy host. GetJob and WatchJob carry them.
+    job.clear_history();
+    *response->add_jobs() = std::move(job);
+  }
   return grpc::Status::OK;
 }
 

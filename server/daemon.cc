@@ -56,6 +56,7 @@ absl::StatusOr<std::unique_ptr<Daemon>> Daemon::Start(DaemonOptions options) {
   manager_options.stop_grace = options.stop_grace;
   manager_options.pause_grace = options.pause_grace;
   manager_options.kill_grace = options.kill_grace;
+  manager_options.worker_token = options.auth_token;
   daemon->manager_ = std::make_unique<JobManager>(manager_options, options.pool,
                                                   daemon->store_.get(), daemon->launcher_.get(),
                                                   SystemClock::Get(), daemon->metrics_.get());
@@ -68,7 +69,7 @@ absl::Status Daemon::StartServing() {
   FLAME_ASSIGN_OR_RETURN(const HostPort listen, ParseHostPort(options_.listen, "listen"));
   coordinator_service_ = std::make_unique<CoordinatorService>(
       manager_.get(), CoordinatorServiceOptions{options_.auth_token});
-  worker_service_ = std::make_unique<WorkerService>(manager_.get());
+  worker_service_ = std::make_unique<WorkerService>(manager_.get(), options_.auth_token);
   grpc::ServerBuilder builder;
   int bound_port = 0;
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &bound_port);

@@ -49,8 +49,15 @@ absl::Status JobManager::Recover() {
     if (listener_ != nullptr) listener_->OnJobChanged(nullptr, entry.job);
 
     if (entry.job.state() == JobState::JOB_STATE_QUEUED) {
-      FLAME_RETURN_IF_ERROR(scheduler_.Enqueue(entry.job.id(), entry.job.sequence(),
-                                               entry.job.spec().resources().ranks()));
+      const int ranks = entry.job.spec().resources().ranks();
+      FLAME_RETURN_IF_ERROR(scheduler_.Enqueue(entry.job.id(), entry.job.sequence(), ranks));
+      if (absl::Status fits = scheduler_.CheckFits(ranks); !fits.ok()) {
+        // Queued when the host offered more slots; it waits, visibly, until a user cancels it.
+        FLAME_LOG(WARNING) << "job " << entry.job.id() << " can no longer run here: " << fits;
+        Job job = entry.job;
+        job.set_message(absl::StrCat("cannot start: ", fits.message()));
+        Record(entry, std::move(job));
+      }
     } else {
       RecoverAttempt(entry);
     }
@@ -264,6 +271,7 @@ absl::StatusOr<Job> JobManager::Resume(const std::string& job_id) {
         absl::StrCat("job ", job_id, " is ", StateName(job.state()),
                      "; only CANCELLED, PAUSED or FAILED jobs can be resumed"));
   }
+  FLAME_RETURN_IF_ERROR(scheduler_.CheckFits(job.spec().resources().ranks()));
   if (scheduler_.IsPlaced(job_id)) {
     return absl::FailedPreconditionError(
         absl::StrCat("job ", job_id,

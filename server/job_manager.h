@@ -48,6 +48,8 @@ struct JobManagerOptions {
   // What workers dial (FLAME_COORDINATOR). May be left empty and set later with
   // SetCoordinatorAddress (once the gRPC port is bound); no worker starts before it is known.
   std::string coordinator_address;
+  // Handed to workers as FLAME_TOKEN when flamed requires a bearer token (empty: none).
+  std::string worker_token;
   // An attempt ends when a live rank sends no heartbeat for this long.
   absl::Duration heartbeat_timeout = absl::Seconds(60);
   // After a cancel, workers get this long to obey STOP before they are terminated.

@@ -213,6 +213,7 @@ void JobManager::LaunchAttempt(Entry& entry, const std::vector<int>& slots) {
   request.job_id = job.id();
   request.attempt = number;
   request.coordinator_address = coordinator_address_;
+  request.auth_token = options_.worker_token;
   request.gpu_slots = pool_.kind == SlotKind::kGpu;
   request.hide_gpus = request.gpu_slots && job.spec().resources().device() == "cpu";
   request.slots = slots;
@@ -267,6 +268,14 @@ void JobManager::LaunchAttempt(Entry& entry, const std::vector<int>& slots) {
 void JobManager::RecoverAttempt(Entry& entry) {
   const Job& job = entry.job;
   const std::vector<int> live = LiveRanks(job);
+  if (!job.attempts().empty() && live.empty() && HoldsResources(job.state()) &&
+      job.attempts().rbegin()->outcome() == flame::v1::ATTEMPT_OUTCOME_UNSPECIFIED) {
+    // Every rank was seen to exit but the verdict was not stored (it is normally written in
+    // the same record): reach it now from the same facts.
+    Job closed = entry.job;
+    CloseAttempt(entry, &closed);
+    Record(entry, std::move(closed));
+  }
   if (live.empty() && job.state() != JobState::JOB_STATE_RESTARTING) return;
   if (job.attempts().empty()) {
     FLAME_LOG(ERROR) << "job " << job.id() << " is " << StateName(job.state())

@@ -15,6 +15,7 @@ struct LaunchRequest {
   std::string job_id;
   int attempt = 0;                  // 1-based; FLAME_ATTEMPT
   std::string coordinator_address;  // FLAME_COORDINATOR: flamed's gRPC HOST:PORT
+  std::string auth_token;           // FLAME_TOKEN when not empty
   bool gpu_slots = false;           // the slots are GPU ordinals (CUDA_VISIBLE_DEVICES)
   bool hide_gpus = false;           // the job asked for device "cpu": CUDA_VISIBLE_DEVICES=""
   std::vector<int> slots;           // one per rank, in rank order

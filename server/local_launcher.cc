@@ -35,8 +35,8 @@ absl::Status ErrnoError(int error, absl::string_view what) {
 
 // The variables flamed sets for a worker; inherited values of these are dropped.
 constexpr const char* kWorkerVariables[] = {
-    "FLAME_COORDINATOR", "FLAME_JOB_ID",        "FLAME_ATTEMPT", "RANK",
-    "LOCAL_RANK",        "WORLD_SIZE",          "MASTER_ADDR",   "MASTER_PORT",
+    "FLAME_COORDINATOR", "FLAME_JOB_ID",        "FLAME_ATTEMPT",    "FLAME_TOKEN", "RANK",
+    "LOCAL_RANK",        "WORLD_SIZE",          "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
     "NCCL_NVLS_ENABLE",  "CUDA_VISIBLE_DEVICES"};
 
 std::vector<std::string> InheritedEnvironment() {
@@ -62,6 +62,8 @@ std::vector<std::string> RankEnvironment(const LaunchRequest& request, const Lau
   env.push_back(absl::StrCat("RANK=", rank));
   env.push_back(absl::StrCat("LOCAL_RANK=", rank));
   env.push_back(absl::StrCat("WORLD_SIZE=", world_size));
+  env.push_back(absl::StrCat("LOCAL_WORLD_SIZE=", world_size));  // every rank runs on this host
+  if (!request.auth_token.empty()) env.push_back(absl::StrCat("FLAME_TOKEN=", request.auth_token));
   env.push_back(absl::StrCat("MASTER_ADDR=", result.master_addr));
   env.push_back(absl::StrCat("MASTER_PORT=", result.master_port));
   // NVLink SHARP multicast hangs NCCL init on some hosts; flame does not need it.

@@ -7,9 +7,10 @@
 //
 // Environment of rank r (on top of flamed's own, minus any inherited values of these):
 //   FLAME_COORDINATOR, FLAME_JOB_ID, FLAME_ATTEMPT, RANK=r, LOCAL_RANK=r, WORLD_SIZE,
-//   MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port picked here), NCCL_NVLS_ENABLE=0, and on
-//   GPU slots CUDA_VISIBLE_DEVICES=<the job's GPUs, in rank order>, so that rank r uses device
-//   LOCAL_RANK as under torchrun.
+//   LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT (a free port picked here),
+//   NCCL_NVLS_ENABLE=0, FLAME_TOKEN when flamed requires a bearer token, and on GPU slots
+//   CUDA_VISIBLE_DEVICES=<the job's GPUs, in rank order>, so that rank r uses device LOCAL_RANK
+//   as under torchrun.
 #pragma once
 
 #include <string>

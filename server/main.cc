@@ -31,7 +31,9 @@ ABSL_FLAG(int, stop_grace_s, 30, "Seconds workers get to obey a cancel before SI
 ABSL_FLAG(int, pause_grace_s, 600, "Seconds workers get to checkpoint and exit on a pause");
 ABSL_FLAG(int, kill_grace_s, 10, "Seconds between SIGTERM and SIGKILL when tearing down");
 ABSL_FLAG(std::string, auth_token, "",
-          "Bearer token required on SubmitJob/CancelJob/PauseJob/ResumeJob; empty: none");
+          "Bearer token required on the calls that change jobs (and from workers, which get it "
+          "as FLAME_TOKEN); default $FLAME_TOKEN, which keeps it out of the process list; "
+          "empty: no token");
 
 namespace {
 
@@ -53,6 +55,9 @@ flame::server::DaemonOptions OptionsFromFlags() {
   options.pool =
       flame::server::DetectSlotPool(absl::GetFlag(FLAGS_gpus), absl::GetFlag(FLAGS_cpu_slots));
   options.auth_token = absl::GetFlag(FLAGS_auth_token);
+  if (const char* env = std::getenv("FLAME_TOKEN"); options.auth_token.empty() && env != nullptr) {
+    options.auth_token = env;
+  }
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   options.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   options.pause_grace = absl::Seconds(absl::GetFlag(FLAGS_pause_grace_s));

@@ -55,12 +55,18 @@ bool Scheduler::Dequeue(const std::string& job_id) {
 
 std::vector<Placement> Scheduler::PlaceReady() {
   std::vector<Placement> placed;
-  while (!queue_.empty()) {
-    const Waiting& head = queue_.begin()->second;
-    if (head.ranks > free_slots()) break;  // head-of-line: nobody overtakes the oldest job
-    Placement placement{head.job_id, {}};
+  for (auto it = queue_.begin(); it != queue_.end();) {
+    const Waiting& waiting = it->second;
+    // A job larger than the whole pool (the host shrank since it was queued) can never run;
+    // it must not block the queue behind it.
+    if (waiting.ranks > pool_.count) {
+      ++it;
+      continue;
+    }
+    if (waiting.ranks > free_slots()) break;  // head-of-line: nobody overtakes the oldest job
+    Placement placement{waiting.job_id, {}};
     for (int slot = 0; slot < static_cast<int>(busy_.size()) &&
-                       static_cast<int>(placement.slots.size()) < head.ranks;
+                       static_cast<int>(placement.slots.size()) < waiting.ranks;
          ++slot) {
       if (busy_[slot]) continue;
       busy_[slot] = true;
@@ -68,7 +74,7 @@ std::vector<Placement> Scheduler::PlaceReady() {
     }
     placed_[placement.job_id] = placement.slots;
     placed.push_back(std::move(placement));
-    queue_.erase(queue_.begin());
+    it = queue_.erase(it);
   }
   return placed;
 }

@@ -51,6 +51,8 @@ class Scheduler {
   bool Dequeue(const std::string& job_id);
 
   // Places jobs from the head of the queue for as long as the head fits, and returns them.
+  // A job bigger than the whole pool (possible only for jobs queued before the host's slots
+  // were reduced) is passed over instead of blocking the queue forever.
   std::vector<Placement> PlaceReady();
 
   // Records slots that a job already holds (a job whose workers survived a flamed restart).

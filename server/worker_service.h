@@ -1,5 +1,9 @@
 // WorkerService: the gRPC API of worker ranks. A thin adapter over JobManager's worker calls.
+// When flamed has a bearer token, every call needs it too (flamed hands it to the workers it
+// starts as FLAME_TOKEN): worker reports change job state as much as user calls do.
 #pragma once
+
+#include <string>
 
 #include "flame/v1/worker.grpc.pb.h"
 #include "server/job_manager.h"
@@ -8,7 +12,8 @@ namespace flame::server {
 
 class WorkerService final : public flame::v1::WorkerService::Service {
  public:
-  explicit WorkerService(JobManager* manager);
+  // `auth_token` empty: no token needed.
+  WorkerService(JobManager* manager, std::string auth_token);
 
   grpc::Status Join(grpc::ServerContext* context, const flame::v1::JoinRequest* request,
                     flame::v1::JoinResponse* response) override;
@@ -25,6 +30,7 @@ class WorkerService final : public flame::v1::WorkerService::Service {
 
  private:
   JobManager* const manager_;
+  const std::string auth_token_;
 };
 
 }  // namespace flame::server

@@ -189,6 +189,8 @@ TEST_F(DaemonTest, AJobRoundTripsThroughBothServices) {
   EXPECT_THAT(metrics,
               HasSubstr(absl::StrCat("flame_job_loss{job_id=\"", submitted.id(), "\"} 4.25")));
   EXPECT_THAT(metrics, HasSubstr("flame_jobs{state=\"running\"} 1"));
+  EXPECT_EQ(GetJob(submitted.id()).history_size(), 1);
+  EXPECT_EQ(ListJobs()[0].history_size(), 0);  // lists are summaries
 
   // A watch started now follows the job to its end.
   grpc::ClientContext watch_context;
@@ -310,6 +312,22 @@ TEST_F(DaemonTest, ChangesNeedTheBearerTokenWhenOneIsSet) {
   context.AddMetadata("authorization", "Bearer s3cret");
   EXPECT_TRUE(coordinator_->SubmitJob(&context, request, &job).ok());
   EXPECT_EQ(ListJobs().size(), 1u);
+
+  // Worker reports change jobs too: a forged one without the token is refused.
+  grpc::ClientContext worker_context;
+  flame::v1::FinishRequest finish;
+  *finish.mutable_worker() = Worker(job, 0);
+  finish.set_reason(flame::v1::FINISH_REASON_ERROR);
+  flame::v1::FinishResponse finished;
+  EXPECT_EQ(workers_->Finish(&worker_context, finish, &finished).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(GetJob(job.id()).state(), flame::v1::JOB_STATE_STARTING);
+  // The workers flamed starts get the token.
+  EXPECT_TRUE(WaitFor([&] {
+    return ReadFileToString(job.attempts(0).ranks(0).log_path())
+               .value_or("")
+               .find("token=s3cret") != std::string::npos;
+  }));
 }
 
 TEST_F(DaemonTest, ARestartedDaemonShowsEveryJobUnchangedAndKeepsRunningOnes) {

@@ -18,6 +18,7 @@ namespace flame::server::testing {
 
 inline constexpr char kFakeWorkerScript[] = R"sh(#!/bin/sh
 echo "rank=$RANK local_rank=$LOCAL_RANK world=$WORLD_SIZE job=$FLAME_JOB_ID attempt=$FLAME_ATTEMPT coordinator=$FLAME_COORDINATOR master=$MASTER_ADDR:$MASTER_PORT nvls=$NCCL_NVLS_ENABLE cuda=${CUDA_VISIBLE_DEVICES-unset}"
+echo "local_world=$LOCAL_WORLD_SIZE token=${FLAME_TOKEN-unset}"
 echo "a line on stderr" >&2
 go="$FAKE_WORKER_GO_DIR/$FLAME_JOB_ID-$FLAME_ATTEMPT"
 i=0

@@ -74,8 +74,22 @@ TEST_F(LocalLauncherTest, StartsOneWorkerPerRankWithTheRendezvousEnvironment) {
                                             " world=2 job=j-env attempt=1 "
                                             "coordinator=127.0.0.1:7470 master=127.0.0.1:",
                                             result->master_port, " nvls=0 cuda=unset")));
+    EXPECT_THAT(log, HasSubstr("local_world=2 token=unset"));
     EXPECT_THAT(log, HasSubstr("a line on stderr"));
   }
+}
+
+TEST_F(LocalLauncherTest, PassesTheBearerTokenAndDropsInheritedWorkerVariables) {
+  ::setenv("RANK", "77", 1);  // flamed's own environment must not leak a rank into workers
+  LaunchRequest request = Request("j-token", 1, 1);
+  request.auth_token = "s3cret";
+  absl::StatusOr<LaunchResult> result = launcher_.Launch(request);
+  ::unsetenv("RANK");
+  ASSERT_TRUE(result.ok()) << result.status();
+  ReleaseWorkers(dir_.path(), "j-token", 1, 0);
+  EXPECT_EQ(ExitCodeOf(result->ranks[0], "j-token", 1), 0);
+  EXPECT_THAT(Log(result->ranks[0]), HasSubstr("rank=0 "));
+  EXPECT_THAT(Log(result->ranks[0]), HasSubstr("token=s3cret"));
 }
 
 TEST_F(LocalLauncherTest, GpuSlotsBecomeTheVisibleDevicesOfEveryRank) {

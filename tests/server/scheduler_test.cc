@@ -80,6 +80,16 @@ TEST(Scheduler, RefusesAJobBiggerThanThePoolWithAClearError) {
   EXPECT_FALSE(scheduler.CheckFits(0).ok());
 }
 
+TEST(Scheduler, AJobThatCanNeverFitDoesNotBlockTheQueue) {
+  Scheduler scheduler(SlotPool{SlotKind::kCpu, 2});
+  ASSERT_TRUE(scheduler.Enqueue("too-big", 1, 8).ok());  // queued when the host was larger
+  ASSERT_TRUE(scheduler.Enqueue("small", 2, 1).ok());
+  const std::vector<Placement> placed = scheduler.PlaceReady();
+  ASSERT_EQ(placed.size(), 1u);
+  EXPECT_EQ(placed[0].job_id, "small");
+  EXPECT_TRUE(scheduler.IsQueued("too-big"));
+}
+
 TEST(Scheduler, ADequeuedJobIsNeverPlaced) {
   Scheduler scheduler(SlotPool{SlotKind::kCpu, 1});
   ASSERT_TRUE(scheduler.Enqueue("a", 1, 1).ok());
