@@ -162,7 +162,9 @@ TEST_F(LocalLauncherTest, FindsAWorkerItDidNotStartByItsJobAndAttempt) {
     absl::StatusOr<std::string> text = ReadFileToString(pid_file);
     return text.ok() && absl::SimpleAtoi(absl::StripAsciiWhitespace(*text), &pid) && pid > 0;
   }));
-  EXPECT_EQ(launcher_.Poll(pid, "j-orphan", 4).kind, ProcessState::Kind::kRunning);
+  // Until the background shell has exec'd the worker, the pid is still a plain `sh`.
+  EXPECT_TRUE(WaitFor(
+      [&] { return launcher_.Poll(pid, "j-orphan", 4).kind == ProcessState::Kind::kRunning; }));
   EXPECT_EQ(launcher_.Poll(pid, "j-orphan", 5).kind, ProcessState::Kind::kExited);
   EXPECT_EQ(launcher_.Poll(pid, "j-other", 4).kind, ProcessState::Kind::kExited);
   ReleaseWorkers(dir_.path(), "j-orphan", 4, 0);
