@@ -13,7 +13,9 @@ LrSchedule::LrSchedule(const LrScheduleConfig& config, int64_t training_steps, d
                                                 : Decay::kLinear;
   warmup_ = std::min(config.warmup_steps, training_steps);
   if (config.decay_ratio) {
-    decay_ = std::llround(static_cast<double>(training_steps) * *config.decay_ratio);
+    // Python's round(): halves go to the even neighbour (nearbyint in the default mode).
+    decay_ = static_cast<int64_t>(
+        std::nearbyint(static_cast<double>(training_steps) * *config.decay_ratio));
     decay_ = std::min(decay_, training_steps - warmup_);
   } else {
     decay_ = training_steps - warmup_;

@@ -1,0 +1,116 @@
+// JobSpec -> TrainConfig, and TrainConfig's own checks.
+#include "worker/config/train_config.h"
+
+#include <gtest/gtest.h>
+
+#include "common/job_spec.h"
+#include "worker/config/spec_conversion.h"
+
+namespace flame::worker {
+namespace {
+
+TEST(TrainConfig, DefaultsEqualTheResolvedDefaultsOfAnEmptyJobSpec) {
+  // TrainConfig's member defaults must stay in step with common/job_spec.cc.
+  flame::v1::JobSpec spec;
+  ApplyJobSpecDefaults(&spec);
+  const TrainConfig converted = TrainConfigFromSpec(spec);
+  const TrainConfig defaults;
+  EXPECT_EQ(converted.description, defaults.description);
+  EXPECT_EQ(converted.model_name, defaults.model_name);
+  EXPECT_EQ(converted.optimizer.name, defaults.optimizer.name);
+  EXPECT_DOUBLE_EQ(converted.optimizer.lr, defaults.optimizer.lr);
+  EXPECT_DOUBLE_EQ(converted.optimizer.eps, defaults.optimizer.eps);
+  EXPECT_DOUBLE_EQ(converted.optimizer.beta1, defaults.optimizer.beta1);
+  EXPECT_DOUBLE_EQ(converted.optimizer.beta2, defaults.optimizer.beta2);
+  EXPECT_DOUBLE_EQ(converted.optimizer.weight_decay, defaults.optimizer.weight_decay);
+  EXPECT_EQ(converted.lr_scheduler.warmup_steps, defaults.lr_scheduler.warmup_steps);
+  EXPECT_EQ(converted.lr_scheduler.decay_ratio, defaults.lr_scheduler.decay_ratio);
+  EXPECT_EQ(converted.lr_scheduler.decay_type, defaults.lr_scheduler.decay_type);
+  EXPECT_DOUBLE_EQ(converted.lr_scheduler.lr_min, defaults.lr_scheduler.lr_min);
+  const TrainingConfig &t = converted.training, &d = defaults.training;
+  EXPECT_EQ(t.batch_size, d.batch_size);
+  EXPECT_EQ(t.seq_len, d.seq_len);
+  EXPECT_EQ(t.context_len, d.context_len);
+  EXPECT_EQ(t.varlen, d.varlen);
+  EXPECT_EQ(t.gradient_accumulation_steps, d.gradient_accumulation_steps);
+  EXPECT_EQ(t.steps, d.steps);
+  EXPECT_DOUBLE_EQ(t.max_norm, d.max_norm);
+  EXPECT_EQ(t.skip_nan_inf, d.skip_nan_inf);
+  EXPECT_EQ(t.seed, d.seed);
+  EXPECT_EQ(t.num_workers, d.num_workers);
+  EXPECT_EQ(converted.checkpoint.enable_checkpoint, defaults.checkpoint.enable_checkpoint);
+  EXPECT_EQ(converted.checkpoint.folder, defaults.checkpoint.folder);
+  EXPECT_EQ(converted.checkpoint.interval, defaults.checkpoint.interval);
+  EXPECT_EQ(converted.checkpoint.keep_latest_k, defaults.checkpoint.keep_latest_k);
+  EXPECT_EQ(converted.checkpoint.load_step, defaults.checkpoint.load_step);
+  EXPECT_EQ(converted.log_freq, defaults.log_freq);
+  EXPECT_EQ(converted.device, defaults.device);
+}
+
+TEST(TrainConfig, CopiesEverySetFieldAndSplitsTheDatasetList) {
+  flame::v1::JobSpec spec;
+  spec.mutable_job()->set_dump_folder("/d");
+  spec.mutable_model()->set_config("/m.json");
+  spec.mutable_model()->set_tokenizer_path("/t.model");
+  spec.mutable_optimizer()->set_name("Adam");
+  spec.mutable_optimizer()->set_lr(0.5);
+  spec.mutable_lr_scheduler()->set_decay_ratio(0.25);
+  spec.mutable_training()->set_dataset(" /a.jsonl, /b.txt ,");
+  spec.mutable_training()->set_steps(7);
+  spec.mutable_training()->set_varlen(true);
+  spec.mutable_checkpoint()->set_load_step(3);
+  spec.mutable_metrics()->set_log_freq(2);
+  const TrainConfig config = TrainConfigFromSpec(spec);
+  EXPECT_EQ(config.dump_folder, "/d");
+  EXPECT_EQ(config.model_config, "/m.json");
+  EXPECT_EQ(config.tokenizer_path, "/t.model");
+  EXPECT_EQ(config.optimizer.name, "Adam");
+  EXPECT_DOUBLE_EQ(config.optimizer.lr, 0.5);
+  EXPECT_EQ(config.lr_scheduler.decay_ratio, 0.25);
+  EXPECT_EQ(config.training.dataset, (std::vector<std::string>{"/a.jsonl", "/b.txt"}));
+  EXPECT_EQ(config.training.steps, 7);
+  EXPECT_TRUE(config.training.varlen);
+  EXPECT_EQ(config.checkpoint.load_step, 3);
+  EXPECT_EQ(config.log_freq, 2);
+  EXPECT_EQ(config.CheckpointRoot(), "/d/checkpoint");
+}
+
+TEST(TrainConfig, ValidationNamesTheBadKey) {
+  TrainConfig config;
+  config.dump_folder = "/d";
+  config.model_config = "/m.json";
+  config.tokenizer_path = "/t.model";
+  config.training.dataset = {"/a.jsonl"};
+  ASSERT_TRUE(ValidateTrainConfig(config).ok());
+  const auto expect_key = [&](TrainConfig bad, const std::string& key) {
+    const absl::Status status = ValidateTrainConfig(bad);
+    EXPECT_FALSE(status.ok()) << key;
+    EXPECT_EQ(status.message().substr(0, key.size()), key) << status.message();
+  };
+  TrainConfig bad = config;
+  bad.training.steps = -5;
+  expect_key(bad, "training.steps");
+  bad = config;
+  bad.training.seq_len = 1;
+  expect_key(bad, "training.seq_len");
+  bad = config;
+  bad.training.varlen = true;
+  expect_key(bad, "training.batch_size");
+  bad = config;
+  bad.optimizer.name = "SGD";
+  expect_key(bad, "optimizer.name");
+  bad = config;
+  bad.lr_scheduler.decay_type = "step";
+  expect_key(bad, "lr_scheduler.decay_type");
+  bad = config;
+  bad.training.dataset.clear();
+  expect_key(bad, "training.dataset");
+  bad = config;
+  bad.checkpoint.interval = 0;
+  expect_key(bad, "checkpoint.interval");
+  bad.checkpoint.enable_checkpoint = false;  // the interval does not matter then
+  EXPECT_TRUE(ValidateTrainConfig(bad).ok());
+}
+
+}  // namespace
+}  // namespace flame::worker
