@@ -42,6 +42,10 @@ std::string Seconds(absl::Duration duration) {
 // The job's message once an attempt has decided its next state.
 std::string MessageFor(JobState next, const Job& job, const Verdict& verdict) {
   const int max_restarts = job.spec().resources().max_restarts();
+  // Ranks that all report PAUSED when nobody asked lead to a failure; say why.
+  const std::string why = verdict.outcome == flame::v1::ATTEMPT_OUTCOME_PAUSED
+                              ? "the workers paused without a pause request"
+                              : verdict.message;
   switch (next) {
     case JobState::JOB_STATE_SUCCEEDED:
       return absl::StrCat("completed at step ", job.progress().step());
@@ -54,12 +58,12 @@ std::string MessageFor(JobState next, const Job& job, const Verdict& verdict) {
       }
       return absl::StrCat("cancelled; the workers stopped abnormally: ", verdict.message);
     case JobState::JOB_STATE_RESTARTING:
-      return absl::StrCat(verdict.message, "; restart ", job.restarts(), " of ", max_restarts);
+      return absl::StrCat(why, "; restart ", job.restarts(), " of ", max_restarts);
     case JobState::JOB_STATE_FAILED:
       if (max_restarts > 0 && job.restarts() >= max_restarts) {
-        return absl::StrCat(verdict.message, "; no restarts left (", max_restarts, " used)");
+        return absl::StrCat(why, "; no restarts left (", max_restarts, " used)");
       }
-      return verdict.message;
+      return why;
     default:
       return verdict.message;
   }
@@ -74,7 +78,7 @@ void JobManager::Supervise() {
     if (entry->unsaved && store_->Put(entry->job).ok()) entry->unsaved = false;
     PollRanks(*entry);
     EnforceDeadlines(*entry);
-    const std::string& id = entry->job.id();
+    const std::string id = entry->job.id();  // a copy: LaunchAttempt replaces the record
     const bool idle = LiveRanks(entry->job).empty();
     if (idle && entry->job.state() == JobState::JOB_STATE_RESTARTING &&
         !coordinator_address_.empty()) {
@@ -186,7 +190,7 @@ void JobManager::EnforceDeadlines(Entry& entry) {
   if (entry.stop_deadline_ms != 0 && now >= entry.stop_deadline_ms) {
     entry.stop_deadline_ms = 0;
     Job job = entry.job;
-    job.set_message(absl::StrCat("the workers did not stop in time; terminating them"));
+    job.set_message("the workers did not stop in time; terminating them");
     Terminate(entry, job);
     Record(entry, std::move(job));
   }

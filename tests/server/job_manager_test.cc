@@ -260,6 +260,16 @@ TEST_F(JobManagerRunTest, ZeroExitWithoutFinishIsAFailure) {
   EXPECT_THAT(Get(id).message(), HasSubstr("without reporting Finish"));
 }
 
+TEST_F(JobManagerRunTest, WorkersThatPauseUnaskedFailTheJobWithAReason) {
+  const std::string id = Submit(Spec(1)).id();
+  JoinAll(id);
+  FinishAll(id, flame::v1::FINISH_REASON_PAUSED);
+  const flame::v1::Job job = Get(id);
+  EXPECT_EQ(job.state(), flame::v1::JOB_STATE_FAILED);
+  EXPECT_EQ(job.attempts(0).outcome(), flame::v1::ATTEMPT_OUTCOME_PAUSED);
+  EXPECT_THAT(job.message(), HasSubstr("without a pause request"));
+}
+
 TEST_F(JobManagerRunTest, AQueuedJobIsCancelledAtOnce) {
   const std::string running = Submit(Spec(2)).id();
   const std::string queued = Submit(Spec(1)).id();
