@@ -53,8 +53,10 @@ const SentencePieceModel::Module* LoadModule(std::string* error) {
     std::string tried;
     for (const std::string& path : Candidates()) {
       if (::access(path.c_str(), R_OK) != 0) continue;
-      // DEEPBIND: SentencePiece resolves its bundled protobuf symbols inside its own scope.
-      void* library = ::dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_DEEPBIND);
+      // A link-map namespace of its own: SentencePiece, its bundled protobuf and its own copy of
+      // the C++ runtime see nothing of the process's libprotobuf, and the process sees nothing of
+      // them. Only C types cross (sentencepiece_module.h).
+      void* library = ::dlmopen(LM_ID_NEWLM, path.c_str(), RTLD_NOW | RTLD_LOCAL);
       if (library == nullptr) {
         tried += std::string(" ") + ::dlerror() + ";";
         continue;

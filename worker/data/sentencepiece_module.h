@@ -3,10 +3,11 @@
 // Why a separately loaded module: Debian's libsentencepiece.so.0 bundles protobuf-lite and
 // exports its google::protobuf symbols. In a process that also loads the system libprotobuf (any
 // process with gRPC, such as flame-worker) the two copies interpose and libprotobuf crashes in
-// its static initialisers. SentencePieceModel (sentencepiece_model.cc) therefore dlopens this
-// module with RTLD_LOCAL | RTLD_DEEPBIND: SentencePiece then binds to its own protobuf copy and
-// stays invisible to the rest of the process. Plain C types only, so that no allocation or C++
-// object crosses the boundary.
+// its static initialisers. SentencePieceModel (sentencepiece_model.cc) therefore loads this
+// module with dlmopen into a new link-map namespace, where SentencePiece binds to its own protobuf
+// copy and stays invisible to the rest of the process. (RTLD_DEEPBIND would do too, but the
+// sanitizer runtimes refuse it.) The namespace has its own C and C++ runtime, so only plain C
+// types cross the boundary: no allocation, std:: object or exception.
 #pragma once
 
 #include <stddef.h>

@@ -1,5 +1,5 @@
-// SentencePiece behind the Tokenizer interface (through SentencePieceModel, which keeps the
-// SentencePiece header away from Abseil; see sentencepiece_model.h).
+// SentencePiece behind the Tokenizer interface, through SentencePieceModel, which runs it in an
+// isolated module (see sentencepiece_module.h for why it cannot be linked directly).
 #include "absl/strings/str_cat.h"
 #include "common/files.h"
 #include "worker/data/sentencepiece_model.h"
