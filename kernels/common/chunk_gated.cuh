@@ -17,11 +17,10 @@
 // factor can overflow; the diagonal sub-blocks are computed elementwise in fp32.
 //
 // Work split: every kernel runs 256 threads on 64 x 64 tiles, looping over K and V in 64-wide
-// slices, so shared memory does not depend on the head dims (K, V any multiple of 64).
+// slices (K, V any multiple of 64; only ChunkOutputKernel's shared memory grows with K).
 //   StatePassKernel      grid (K/64 * V/64, H, N), sequential over the chunks of a sequence
-//   OutputKernel         grid (chunks, V/64, H)
 //                        (forward: states; backward: reverse, state gradients)
-//   GradVKernel          grid (chunks, V/64, H)
+//   ChunkOutputKernel    grid (chunks, H): o (forward) or dv (backward)
 //   GradQKKernel         grid (chunks, H): dq, dk and dg
 #pragma once
 
@@ -413,11 +412,18 @@ struct ChunkSmem {
   alignas(128) float A[kBT * kLdF32];     // 17408 B: scores
   alignas(128) float acc[kBT * kLdF32];   // 17408 B: o or dv tile
   alignas(128) float G[kChannel ? kBT * kLdF32 : kBT];  // 17408 B (channel) or 256 B: gate cumsum
-  alignas(128) bf16 q[kBT * kLdBf16];     // 9216 B: q slice, then the v or d_o tile
+  alignas(128) bf16 q[kBT * kLdBf16];     // 9216 B: q slice, then a state tile
   alignas(128) bf16 k[kBT * kLdBf16];     // 9216 B: k slice, then the masked bf16 scores
-  // Sub-chunk operands (channel gate: 160 rows), then decayed q/k (64 rows) and a state tile.
-  alignas(128) bf16 scratch[(kChannel ? 160 : 128) * kLdBf16];  // 23040 B or 18432 B
-};  // channel 92.7 KB (2 blocks per SM), head 71.7 KB (3 blocks per SM)
+  // Sub-chunk operands (channel gate: 160 rows), then the v or d_o tile (64 rows).
+  alignas(128) bf16 scratch[(kChannel ? 160 : 64) * kLdBf16];  // 23040 B or 9216 B
+  // Followed in dynamic shared memory by K/64 decayed q (or k) slices, 9216 B each.
+};  // + K/64 slices: K = 128 -> channel 111 KB, head 81 KB (2 blocks per SM)
+
+inline size_t ChunkSmemBytes(Gate gate, int k_dim) {
+  const size_t base = gate == Gate::kChannel ? sizeof(ChunkSmem<Gate::kChannel>)
+                                             : sizeof(ChunkSmem<Gate::kHead>);
+  return base + static_cast<size_t>(k_dim / kBK) * kBT * kLdBf16 * sizeof(bf16);
+}
 
 // dst[r][c] = bf16 state tile rows [k0, k0 + 64) x columns [v0, v0 + 64) of block `block`.
 template <typename StateT>
@@ -455,15 +461,19 @@ __device__ inline void StoreRows(bf16* base, const TensorStrides& s, const Chunk
     }
   }
 }
-// o[:, v-slice] = scale [(Q 2^G) h_c + tril(A) V].
-template <Gate kGate, typename StateT>
-__global__ void __launch_bounds__(kThreads) OutputKernel(ChunkGatedParams p, const StateT* states) {
+// One (chunk, head) per block, in two phases. Phase 1 accumulates the scores A over the K slices
+// and keeps each slice's decayed operand; phase 2 walks the V slices, so A is built once:
+//   forward (kGradV = false):  o[:, v]  = (Q scale 2^G) h_c[:, v] + scale tril(A) V[:, v]
+//   backward (kGradV = true):  dv[:, v] = (K 2^(G_last - G)) dh_c[:, v] + scale tril(A)^T dO[:, v]
+template <Gate kGate, bool kGradV, typename StateT>
+__global__ void __launch_bounds__(kThreads) ChunkOutputKernel(ChunkGatedParams p,
+                                                              const StateT* states) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   ChunkSmem<kGate>& s = *reinterpret_cast<ChunkSmem<kGate>*>(smem_raw);
+  bf16* decayed = reinterpret_cast<bf16*>(smem_raw + sizeof(ChunkSmem<kGate>));
   const Chunk c = LocateChunk(p, blockIdx.x);
-  const int v0 = blockIdx.y * kBK, h = blockIdx.z;
+  const int h = blockIdx.y;
   ZeroTile(s.A);
-  ZeroTile(s.acc);
   if constexpr (kGate == Gate::kHead) LoadHeadGate(s.G, p, c, h);
   for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
     __syncthreads();
@@ -475,68 +485,35 @@ __global__ void __launch_bounds__(kThreads) OutputKernel(ChunkGatedParams p, con
       __syncthreads();
     }
     AccumulateScores<kGate>(s.A, s.q, s.k, s.G, s.scratch);
-    __syncthreads();
-    bf16* qhat = s.scratch;
-    bf16* hs = s.scratch + kBT * kLdBf16;
+    bf16* slice = decayed + (k0 / kBK) * kBT * kLdBf16;
     for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
       const int i = idx / kBK, col = idx % kBK;
-      qhat[i * kLdBf16 + col] = __float2bfloat16(ToFloat(s.q[i * kLdBf16 + col]) * p.scale *
-                                                 exp2f(GateAt<kGate>(s.G, i, col)));
+      const float gi = GateAt<kGate>(s.G, i, col);
+      const float x = kGradV ? ToFloat(s.k[i * kLdBf16 + col]) *
+                                   exp2f(GateAt<kGate>(s.G, kBT - 1, col) - gi)
+                             : ToFloat(s.q[i * kLdBf16 + col]) * p.scale * exp2f(gi);
+      slice[i * kLdBf16 + col] = __float2bfloat16(x);
     }
-    LoadStateTile(hs, states, p, c.global, h, k0, v0);
-    __syncthreads();
-    Mma<true, true, kWarps>(kBT, kBK, kBK, qhat, kLdBf16, hs, kLdBf16, s.acc, kLdF32, true);
   }
   __syncthreads();
   MaskScores<kGate>(s.k, s.A, s.G, p.scale);
-  LoadRows(s.q, p.v, p.v_strides, c, h, v0);
-  __syncthreads();
-  Mma<true, true, kWarps>(kBT, kBK, kBT, s.k, kLdBf16, s.q, kLdBf16, s.acc, kLdF32, true);
-  __syncthreads();
-  StoreRows(p.o, p.v_strides, c, h, v0, s.acc);
-}
-
-// dv[:, v-slice] = tril(A)^T dO + (K 2^(G_last - G)) dh_c.
-template <Gate kGate, typename StateT>
-__global__ void __launch_bounds__(kThreads) GradVKernel(ChunkGatedParams p, const StateT* d_states) {
-  extern __shared__ __align__(128) unsigned char smem_raw[];
-  ChunkSmem<kGate>& s = *reinterpret_cast<ChunkSmem<kGate>*>(smem_raw);
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int v0 = blockIdx.y * kBK, h = blockIdx.z;
-  ZeroTile(s.A);
-  ZeroTile(s.acc);
-  if constexpr (kGate == Gate::kHead) LoadHeadGate(s.G, p, c, h);
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
-    __syncthreads();
-    LoadRows(s.q, p.q, p.qk_strides, c, h, k0);
-    LoadRows(s.k, p.k, p.qk_strides, c, h, k0);
-    if constexpr (kGate == Gate::kChannel) {
-      LoadChannelGate(s.G, p, c, h, k0);
-    } else {
+  const bf16* rhs = kGradV ? p.d_o : p.v;
+  bf16* out = kGradV ? p.dv : p.o;
+  for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
+    for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
+      __syncthreads();  // the previous product is done with s.q and s.acc
+      LoadStateTile(s.q, states, p, c.global, h, k0, v0);
       __syncthreads();
+      Mma<true, true, kWarps>(kBT, kBK, kBK, decayed + (k0 / kBK) * kBT * kLdBf16, kLdBf16, s.q,
+                              kLdBf16, s.acc, kLdF32, k0 > 0);
     }
-    AccumulateScores<kGate>(s.A, s.q, s.k, s.G, s.scratch);
+    LoadRows(s.scratch, rhs, p.v_strides, c, h, v0);
     __syncthreads();
-    bf16* khat = s.scratch;
-    bf16* dhs = s.scratch + kBT * kLdBf16;
-    for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-      const int j = idx / kBK, col = idx % kBK;
-      khat[j * kLdBf16 + col] = __float2bfloat16(
-          ToFloat(s.k[j * kLdBf16 + col]) *
-          exp2f(GateAt<kGate>(s.G, kBT - 1, col) - GateAt<kGate>(s.G, j, col)));
-    }
-    LoadStateTile(dhs, d_states, p, c.global, h, k0, v0);
+    // forward: acc += Ab V; backward: acc += Ab^T dO (column-major view of Ab).
+    Mma<!kGradV, true, kWarps>(kBT, kBK, kBT, s.k, kLdBf16, s.scratch, kLdBf16, s.acc, kLdF32, true);
     __syncthreads();
-    Mma<true, true, kWarps>(kBT, kBK, kBK, khat, kLdBf16, dhs, kLdBf16, s.acc, kLdF32, true);
+    StoreRows(out, p.v_strides, c, h, v0, s.acc);
   }
-  __syncthreads();
-  MaskScores<kGate>(s.k, s.A, s.G, p.scale);
-  LoadRows(s.q, p.d_o, p.v_strides, c, h, v0);
-  __syncthreads();
-  // dv += Ab^T dO: A(j, i) = Ab[i][j] (column-major view).
-  Mma<false, true, kWarps>(kBT, kBK, kBT, s.k, kLdBf16, s.q, kLdBf16, s.acc, kLdF32, true);
-  __syncthreads();
-  StoreRows(p.dv, p.v_strides, c, h, v0, s.acc);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -561,15 +538,15 @@ struct GradQKSmem {
   alignas(128) bf16 dAb[kBT * kLdBf16];  // 9216 B: bf16 dA (head gate: decay folded in)
   alignas(128) bf16 q[kBT * kLdBf16];    // 9216 B
   alignas(128) bf16 k[kBT * kLdBf16];    // 9216 B
-  // Two 64-row tiles (d_o or v, and a state tile); channel gate: then 192 rows of sub-chunk operands.
-  alignas(128) bf16 work[(kChannel ? 192 : 128) * kLdBf16];  // 27648 B or 18432 B
-  float R[kBT];            // rowsum(dh_c * h_c) for this K slice
+  // Four 64-row tiles (d_o, v, h_c, dh_c); channel gate: then 192 rows of sub-chunk operands.
+  alignas(128) bf16 work[4 * kBT * kLdBf16];  // 36864 B
+  float R[kBT];            // rowsum(dh_c * h_c) for this K slice (bf16 states)
   float prefix_half[kBT];  // channel: sum of k dk_inter over rows 0..31
   float suffix_half[kBT];  // channel: sum of dg terms over rows 32..63
   float dg_row[kBT];       // head: sum over K of (q dq - k dk)
   float kdk_row[kBT];      // head: sum over K of k dk_inter
   float r_total;           // head: sum over K of 2^G_last R
-};  // channel ~160 KB (1 block per SM), head ~81 KB (2 blocks per SM)
+};  // channel ~169 KB (1 block per SM), head ~100 KB (2 blocks per SM)
 
 __device__ inline float WarpSum(float x) {
   for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
@@ -584,21 +561,21 @@ __global__ void __launch_bounds__(kThreads) GradQKKernel(ChunkGatedParams p, con
   GradQKSmem<kGate>& s = *reinterpret_cast<GradQKSmem<kGate>*>(smem_raw);
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y;
-  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-  bf16* x = s.work;                   // d_o or v slice
-  bf16* st = s.work + kBT * kLdBf16;  // v slice, or a state tile
-  const StateT* h_this = states + StateOffset(p, c.global, h, 0, 0);
-  const StateT* dh_this = d_states + StateOffset(p, c.global, h, 0, 0);
+  const int lane = threadIdx.x % 32;
+  bf16* xo = s.work;                    // d_o slice
+  bf16* xv = s.work + kBT * kLdBf16;     // v slice
+  bf16* hs = s.work + 2 * kBT * kLdBf16;   // h_c tile
+  bf16* dhs = s.work + 3 * kBT * kLdBf16;  // dh_c tile
 
   if constexpr (!kChannel) LoadHeadGate(s.G, p, c, h);
   // dA = dO V^T over all V slices (accumulated in s.dA, or in s.dq for the head gate).
   float* dA_acc = kChannel ? s.dA : s.dq;
   for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
     __syncthreads();
-    LoadRows(x, p.d_o, p.v_strides, c, h, v0);
-    LoadRows(st, p.v, p.v_strides, c, h, v0);
+    LoadRows(xo, p.d_o, p.v_strides, c, h, v0);
+    LoadRows(xv, p.v, p.v_strides, c, h, v0);
     __syncthreads();
-    Mma<true, false, kWarps>(kBT, kBT, kBK, x, kLdBf16, st, kLdBf16, dA_acc, kLdF32, v0 > 0);
+    Mma<true, false, kWarps>(kBT, kBT, kBK, xo, kLdBf16, xv, kLdBf16, dA_acc, kLdF32, v0 > 0);
   }
   __syncthreads();
   for (int idx = threadIdx.x; idx < kBT * kBT; idx += kThreads) {
@@ -622,30 +599,27 @@ __global__ void __launch_bounds__(kThreads) GradQKKernel(ChunkGatedParams p, con
     LoadRows(s.q, p.q, p.qk_strides, c, h, k0);
     LoadRows(s.k, p.k, p.qk_strides, c, h, k0);
     if constexpr (kChannel) LoadChannelGate(s.G, p, c, h, k0);
-    // Inter-chunk parts: dq = dO h_c^T and dk = V dh_c^T (decays applied below).
-    // B(vv, kk) = st[kk][vv]: the column-major view of the state tile.
+    // Inter-chunk parts: dq = dO h_c^T and dk = V dh_c^T (decays applied below), and
+    // R = rowsum(dh_c * h_c) from the same state tiles (4 threads per row, 16 columns each).
+    // B(vv, kk) = hs[kk][vv]: the column-major view of a state tile.
     for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
       __syncthreads();
-      LoadRows(x, p.d_o, p.v_strides, c, h, v0);
-      LoadStateTile(st, states, p, c.global, h, k0, v0);
+      LoadRows(xo, p.d_o, p.v_strides, c, h, v0);
+      LoadRows(xv, p.v, p.v_strides, c, h, v0);
+      LoadStateTile(hs, states, p, c.global, h, k0, v0);
+      LoadStateTile(dhs, d_states, p, c.global, h, k0, v0);
       __syncthreads();
-      Mma<true, false, kWarps>(kBT, kBK, kBK, x, kLdBf16, st, kLdBf16, s.dq, kLdF32, v0 > 0);
-    }
-    for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
-      __syncthreads();
-      LoadRows(x, p.v, p.v_strides, c, h, v0);
-      LoadStateTile(st, d_states, p, c.global, h, k0, v0);
-      __syncthreads();
-      Mma<true, false, kWarps>(kBT, kBK, kBK, x, kLdBf16, st, kLdBf16, s.dk, kLdF32, v0 > 0);
-    }
-    for (int r = warp; r < kBK; r += kWarps) {
-      const int64_t row = int64_t{k0 + r} * p.v_dim;
+      Mma<true, false, kWarps>(kBT, kBK, kBK, xo, kLdBf16, hs, kLdBf16, s.dq, kLdF32, v0 > 0);
+      Mma<true, false, kWarps>(kBT, kBK, kBK, xv, kLdBf16, dhs, kLdBf16, s.dk, kLdF32, v0 > 0);
+      const int r = threadIdx.x / 4, part = threadIdx.x % 4;
       float acc = 0.0f;
-      for (int v = lane; v < p.v_dim; v += 32) {
-        acc += ToFloat(dh_this[row + v]) * ToFloat(h_this[row + v]);
+#pragma unroll
+      for (int col = part * 16; col < part * 16 + 16; ++col) {
+        acc += ToFloat(dhs[r * kLdBf16 + col]) * ToFloat(hs[r * kLdBf16 + col]);
       }
-      acc = WarpSum(acc);
-      if (lane == 0) s.R[r] = acc;
+      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+      if (part == 0) s.R[r] = (v0 == 0 ? 0.0f : s.R[r]) + acc;
     }
     __syncthreads();
     // One warp covers 32 columns of one row in these loops (kBK = 64, kThreads = 256).
@@ -854,9 +828,9 @@ cudaError_t Forward(const ChunkGatedParams& params, cudaStream_t stream) {
                                         dim3(tiles, p.heads, p.num_seqs), sizeof(StateSmem),
                                         stream, p, states);
   if (err != cudaSuccess) return err;
-  return LaunchKernel<const bf16*>(OutputKernel<kGate, bf16>,
-                                   dim3(p.total_chunks, p.v_dim / kBK, p.heads),
-                                   sizeof(ChunkSmem<kGate>), stream, p, states);
+  return LaunchKernel<const bf16*>(ChunkOutputKernel<kGate, false, bf16>,
+                                   dim3(p.total_chunks, p.heads), ChunkSmemBytes(kGate, p.k_dim),
+                                   stream, p, states);
 }
 
 template <Gate kGate>
@@ -878,9 +852,9 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
   err = LaunchKernel<bf16*>(StatePassKernel<kGate, true, bf16>, seq_grid, sizeof(StateSmem),
                             stream, p, d_states);
   if (err != cudaSuccess) return err;
-  err = LaunchKernel<const bf16*>(GradVKernel<kGate, bf16>,
-                                  dim3(p.total_chunks, p.v_dim / kBK, p.heads),
-                                  sizeof(ChunkSmem<kGate>), stream, p, d_states);
+  err = LaunchKernel<const bf16*>(ChunkOutputKernel<kGate, true, bf16>,
+                                  dim3(p.total_chunks, p.heads), ChunkSmemBytes(kGate, p.k_dim),
+                                  stream, p, d_states);
   if (err != cudaSuccess) return err;
   return LaunchKernel<const bf16*, const bf16*>(GradQKKernel<kGate, bf16>,
                                                 dim3(p.total_chunks, p.heads),

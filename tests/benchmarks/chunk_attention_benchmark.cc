@@ -2,7 +2,7 @@
 // forward+backward, and prints one JSON line per (op, shape). A binary, not a test: run it on the
 // GPU host (tests/benchmarks/kernels_vs_fla.py puts it beside fla and SDPA).
 //
-// Timing: CUDA events around each repetition, 5 warm-ups, median of 20 (FLAME_BENCH_REPS).
+// Timing: CUDA events around each repetition, 5 warm-ups, median of 20.
 // Counted work, per token and head, C = 64 (the chunk), every C x C block counted in full:
 //   bytes  each input read once, each output written once (bf16 q,k,v,o,do,dq,dk,dv; fp32 g, dg)
 //   flops  forward 2C(K+V) + 4KV (scores, A V, Q h, state update);
@@ -65,12 +65,17 @@ void FillGate(float* dst, size_t n, uint32_t seed, bool clamp) {
   BENCH_CHECK(cudaMemcpy(dst, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
 }
 
+int EnvInt(const char* name, int fallback) {
+  const char* value = std::getenv(name);
+  return value ? std::atoi(value) : fallback;
+}
+
 template <typename Fn>
 double MedianMs(Fn fn, int reps) {
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < 5; ++i) fn();
+  for (int i = 0; i < EnvInt("FLAME_BENCH_WARMUP", 5); ++i) fn();
   BENCH_CHECK(cudaDeviceSynchronize());
   std::vector<float> times;
   for (int i = 0; i < reps; ++i) {
@@ -161,14 +166,16 @@ void Run(const std::string& op, const Shape& s, int reps) {
 }  // namespace
 }  // namespace flame::kernels
 
+// Usage: chunk_attention_benchmark [op [shape index]]; FLAME_BENCH_REPS (20) and
+// FLAME_BENCH_WARMUP (5) set the repetitions (a profiler run wants 1 and 0).
 int main(int argc, char** argv) {
   using flame::kernels::Shape;
-  const std::vector<Shape> shapes = {{4, 2048, 16, 128}, {8, 2048, 16, 128}, {2, 16384, 16, 128},
-                                     {1, 8192, 96, 128}, {8, 4096, 8, 256}};
-  const char* reps_env = std::getenv("FLAME_BENCH_REPS");
-  const int reps = reps_env ? std::atoi(reps_env) : 20;
+  std::vector<Shape> shapes = {{4, 2048, 16, 128}, {8, 2048, 16, 128}, {2, 16384, 16, 128},
+                               {1, 8192, 96, 128}, {8, 4096, 8, 256}};
+  const int reps = flame::kernels::EnvInt("FLAME_BENCH_REPS", 20);
   std::vector<std::string> ops = {"chunk_simple_gla", "chunk_gla"};
   if (argc > 1) ops = {argv[1]};
+  if (argc > 2) shapes = {shapes.at(std::atoi(argv[2]))};
   for (const Shape& s : shapes) {
     for (const std::string& op : ops) flame::kernels::Run(op, s, reps);
   }

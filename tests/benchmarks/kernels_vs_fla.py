@@ -20,11 +20,12 @@ matrix products of the chunked algorithm (see chunk_attention_benchmark.cc).
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
 
-import torch
-import torch.nn.functional as F
+torch = None  # imported in main(), so that --from-log also works where torch is absent
+F = None
 
 BANDWIDTH = 4.3e12
 TENSOR_RATE = 790e12
@@ -77,7 +78,8 @@ def load_fla():
         return {}
 
 
-def time_reference(fla_ops, B, T, H, D):
+def time_reference(fla_ops, B, T, H, D, results):
+    """Times fla and SDPA at one shape into results[name] = (fwd_ms, fwdbwd_ms)."""
     dev, dt = "cuda", torch.bfloat16
     q, k, v = (torch.randn(B, T, H, D, device=dev, dtype=dt, requires_grad=True) for _ in range(3))
     do = torch.randn(B, T, H, D, device=dev, dtype=dt)
@@ -91,7 +93,6 @@ def time_reference(fla_ops, B, T, H, D):
         cases["fla_chunk_gla"] = lambda: fla_ops["chunk_gla"](q, k, v, g=gk)[0]
     if "chunk_simple_gla" in fla_ops:
         cases["fla_chunk_simple_gla"] = lambda: fla_ops["chunk_simple_gla"](q, k, v, g=gs)[0]
-    results = {}
     for name, fn in cases.items():
         try:
             fwd = median_ms(fn)
@@ -103,7 +104,6 @@ def time_reference(fla_ops, B, T, H, D):
             emit(kind="reference", op=name, B=B, T=T, H=H, D=D, error=str(ex)[:300])
     del q, k, v, do, gk, gs
     torch.cuda.empty_cache()
-    return results
 
 
 def table(flame, refs):
@@ -132,17 +132,52 @@ def table(flame, refs):
         print("  ".join(c.rjust(w) for c, w in zip(r, widths)))
 
 
+def from_log(path):
+    """Rebuilds the table from the JSON lines of an earlier run (e.g. one cut short)."""
+    flame, refs = {}, {}
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("{"):
+                continue
+            rec = json.loads(line)
+            shape = (rec.get("B"), rec.get("T"), rec.get("H"), rec.get("D"))
+            if rec.get("kind") == "flame_kernel":
+                flame[(rec["op"],) + shape] = rec
+            elif rec.get("kind") == "reference" and "fwd_ms" in rec:
+                refs.setdefault(shape, {})[rec["op"]] = (rec["fwd_ms"], rec["fwdbwd_ms"])
+    return flame, refs
+
+
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--binary", required=True)
+    parser.add_argument("--binary", help="chunk_attention_benchmark")
     parser.add_argument("--skip-fla", action="store_true")
+    parser.add_argument("--from-log", help="print the table of an earlier run's output and exit")
     args = parser.parse_args()
+    if args.from_log:
+        table(*from_log(args.from_log))
+        return 0
+    global torch, F
+    import torch
+    import torch.nn.functional as F
     emit(kind="env", torch=torch.__version__, gpu=torch.cuda.get_device_name(),
          triton=__import__("triton").__version__)
     flame = ours(args.binary)
     fla_ops = {} if args.skip_fla else load_fla()
-    refs = {shape: time_reference(fla_ops, *shape) for shape in SHAPES}
+    refs = {}
+
+    # fla's first call per shape autotunes for minutes: when a time limit ends the run, print
+    # what was measured so far.
+    def print_partial(signum, frame):
+        table(flame, refs)
+        sys.exit(1)
+
+    signal.signal(signal.SIGTERM, print_partial)
+    for shape in SHAPES:
+        refs[shape] = {}
+        time_reference(fla_ops, *shape, refs[shape])
     table(flame, refs)
+    return 0
 
 
 if __name__ == "__main__":
