@@ -1,0 +1,96 @@
+// Host-side contract of the gated chunk launchers, checked without a GPU: chunk offsets for
+// varlen batches, workspace sizes, and the parameter checks that reject a call before any CUDA
+// work is issued (so they hold on CPU-only CI hosts too).
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "kernels/common/chunk_gated_params.h"
+#include "kernels/gla/chunk_gla.h"
+#include "kernels/simple_gla/chunk_simple_gla.h"
+
+namespace flame::kernels {
+namespace {
+
+TEST(ChunkOffsets, CountsPartialChunksOfEverySequence) {
+  // Lengths 1, 63, 65, 71, 63 -> 1, 1, 2, 2, 1 chunks of 64.
+  EXPECT_EQ(ChunkOffsets({0, 1, 64, 129, 200, 263}), (std::vector<int32_t>{0, 1, 2, 4, 6, 7}));
+  EXPECT_EQ(ChunkOffsets({0, 128}), (std::vector<int32_t>{0, 2}));
+}
+
+ChunkGatedParams ValidUniformParams() {
+  alignas(16) static __nv_bfloat16 tensor[8];
+  alignas(16) static float gate[8];
+  ChunkGatedParams p;
+  p.batch = 2;
+  p.seq_len = 100;
+  p.heads = 2;
+  p.k_dim = 128;
+  p.v_dim = 64;
+  p.scale = 0.125f;
+  p.q = p.k = p.v = tensor;
+  p.o = tensor;
+  p.qk_strides = ContiguousStrides(100, 2, 128);
+  p.v_strides = ContiguousStrides(100, 2, 64);
+  p.g = gate;
+  p.g_strides = ContiguousStrides(100, 2, 128);
+  return p;
+}
+
+TEST(GatedChunkWorkspace, HoldsOneBf16StatePerChunkForwardAndTwoBackward) {
+  const ChunkGatedParams p = ValidUniformParams();
+  // 2 sequences x 2 chunks x 2 heads x 128 x 64 bf16 states.
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), size_t{2 * 2 * 2 * 128 * 64 * 2});
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * GlaChunkWorkspaceBytes(p, false));
+  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), GlaChunkWorkspaceBytes(p, true));
+}
+
+TEST(GatedChunkLaunchers, RejectHeadDimsThatAreNotMultiplesOf64) {
+  ChunkGatedParams p = ValidUniformParams();
+  p.k_dim = 96;
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(SimpleGlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+}
+
+TEST(GatedChunkLaunchers, RejectMissingWorkspaceOrGate) {
+  ChunkGatedParams p = ValidUniformParams();
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);  // no workspace
+  alignas(16) static unsigned char workspace[16];
+  p.workspace = workspace;
+  p.g = nullptr;
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);  // gla needs g
+  // simple gla takes exactly one of g and g_gamma.
+  static float gamma[2];
+  p.g_gamma = gamma;
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+  p.g = ValidUniformParams().g;
+  EXPECT_EQ(SimpleGlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+}
+
+TEST(GatedChunkLaunchers, RejectVarlenWithoutChunkOffsetsOrWithBatchAboveOne) {
+  ChunkGatedParams p = ValidUniformParams();
+  alignas(16) static unsigned char workspace[16];
+  p.workspace = workspace;
+  static int32_t cu_seqlens[3] = {0, 50, 100};
+  p.cu_seqlens = cu_seqlens;
+  p.num_seqs = 2;
+  p.total_chunks = 2;
+  p.batch = 1;
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);  // no chunk_offsets
+  static int32_t offsets[3] = {0, 1, 2};
+  p.chunk_offsets = offsets;
+  p.batch = 2;
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);  // packed batches have B = 1
+}
+
+TEST(GatedChunkLaunchers, RejectBackwardWithoutGateGradient) {
+  ChunkGatedParams p = ValidUniformParams();
+  alignas(16) static unsigned char workspace[16];
+  alignas(16) static __nv_bfloat16 grads[8];
+  p.workspace = workspace;
+  p.d_o = p.dq = p.dk = p.dv = grads;
+  EXPECT_EQ(GlaChunkBackward(p, nullptr), cudaErrorInvalidValue);  // g given, dg missing
+}
+
+}  // namespace
+}  // namespace flame::kernels
