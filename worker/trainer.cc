@@ -165,7 +165,9 @@ absl::StatusOr<int64_t> Trainer::ChooseCheckpoint() {
 }
 
 absl::Status Trainer::Restore() {
-  if (!config_.checkpoint.enable_checkpoint) return absl::OkStatus();
+  // Unlike flame, this runs even with enable_checkpoint off: the dump folder belongs to this job,
+  // so a checkpoint in it can only be this job's own, written when it was paused (a pause always
+  // saves), and a resumed job must continue from it.
   FLAME_ASSIGN_OR_RETURN(const int64_t step, ChooseCheckpoint());
   if (step < 0) return absl::OkStatus();  // a fresh start
   CheckpointState saved;

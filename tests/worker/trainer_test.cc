@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <mutex>
 #include <thread>
 
@@ -209,6 +210,33 @@ TEST(Trainer, TrainsPackedVarlenRows) {
   ASSERT_TRUE(run.result.ok()) << run.result.status();
   EXPECT_EQ(run.losses.size(), 3u);
   for (const auto& [step, loss] : run.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+}
+
+TEST(Trainer, SkipsOptimizerStepsWhoseGradientIsNotFinite) {
+  // Weights of 1e30 overflow the logits: every gradient norm is NaN or Inf.
+  TempDir dir;
+  const std::string model_path = dir.path() + "/huge.json";
+  std::ofstream(model_path) << R"({"model_type": "gla", "hidden_size": 32, "num_hidden_layers": 1,
+                                   "num_heads": 2, "vocab_size": 2048,
+                                   "initializer_range": 1e30})";
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.model_config = model_path;
+  config.training.steps = 3;
+  config.training.skip_nan_inf = true;
+  config.checkpoint.enable_checkpoint = false;
+  RecordingSink sink;
+  ContinueDirectiveSource directives;
+  LocalCommunicator communicator;
+  Trainer trainer(config, {&communicator, &sink, &directives});
+  const absl::StatusOr<TrainResult> result = trainer.Run();
+  ASSERT_TRUE(result.ok()) << result.status();
+  ASSERT_FALSE(sink.progress_.empty());
+  EXPECT_EQ(sink.progress_.back().skipped_steps, 3);
+  EXPECT_FALSE(std::isfinite(sink.progress_.back().grad_norm));
+  // No update happened: the weights are still finite (an update with NaN gradients is not).
+  for (const auto& item : trainer.model().named_parameters()) {
+    EXPECT_TRUE(torch::isfinite(item.value()).all().item<bool>()) << item.key();
+  }
 }
 
 TEST(Trainer, ReportsBadInputAsAStatus) {
