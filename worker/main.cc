@@ -79,9 +79,10 @@ int Main() {
   std::unique_ptr<Trainer> trainer;
   try {
     communicator = MakeCommunicator(*identity);
-    ProgressSink* progress = identity->rank == 0 ? static_cast<ProgressSink*>(client.get()) : &quiet;
-    trainer = std::make_unique<Trainer>(
-        joined->config, TrainerContext{communicator.get(), progress, client.get()});
+    ProgressSink* progress =
+        identity->rank == 0 ? static_cast<ProgressSink*>(client.get()) : &quiet;
+    trainer = std::make_unique<Trainer>(joined->config,
+                                        TrainerContext{communicator.get(), progress, client.get()});
     result = trainer->Run();
   } catch (const std::exception& e) {  // the store could not be created or reached
     result = absl::UnavailableError(std::string("rendezvous: ") + e.what());

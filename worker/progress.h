@@ -15,18 +15,18 @@ namespace flame::worker {
 struct ProgressUpdate {
   int64_t step = 0;
   int64_t total_steps = 0;
-  int64_t tokens = 0;               // tokens seen so far, all ranks
-  double loss = 0;                  // loss_metrics/global_avg_loss
-  double max_loss = 0;              // loss_metrics/global_max_loss
-  double lr = 0;                    // optimizer/lr
-  double grad_norm = 0;             // optimizer/grad_norm
-  double tokens_per_second = 0;     // throughput(tps), per device
-  double mfu = 0;                   // mfu(%); 0 where the peak FLOPS are unknown (CPU)
-  double memory_gib = 0;            // memory/max_reserved(GiB); resident set on CPU
-  double data_loading_share = 0;    // time_metrics/data_loading(%), 0..100
-  int64_t skipped_steps = 0;        // optimizer/skipped_step
-  double elapsed_seconds = 0;       // training time of this job, all attempts
-  int64_t resumed_from_step = 0;    // the step this attempt restored from (0: fresh start)
+  int64_t tokens = 0;             // tokens seen so far, all ranks
+  double loss = 0;                // loss_metrics/global_avg_loss
+  double max_loss = 0;            // loss_metrics/global_max_loss
+  double lr = 0;                  // optimizer/lr
+  double grad_norm = 0;           // optimizer/grad_norm
+  double tokens_per_second = 0;   // throughput(tps), per device
+  double mfu = 0;                 // mfu(%); 0 where the peak FLOPS are unknown (CPU)
+  double memory_gib = 0;          // memory/max_reserved(GiB); resident set on CPU
+  double data_loading_share = 0;  // time_metrics/data_loading(%), 0..100
+  int64_t skipped_steps = 0;      // optimizer/skipped_step
+  double elapsed_seconds = 0;     // training time of this job, all attempts
+  int64_t resumed_from_step = 0;  // the step this attempt restored from (0: fresh start)
 };
 
 // A checkpoint that is durable on disk (mirrors flame.v1.CheckpointRecord).

@@ -84,8 +84,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     }
     return TrainResult{TrainOutcome::kCompleted, step()};
   } catch (const c10::Error& e) {
-    return absl::InternalError(absl::StrCat("step ", state_.step + 1, ": ",
-                                            e.what_without_backtrace()));
+    return absl::InternalError(
+        absl::StrCat("step ", state_.step + 1, ": ", e.what_without_backtrace()));
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("step ", state_.step + 1, ": ", e.what()));
   }
@@ -245,8 +245,8 @@ absl::StatusOr<Directive> Trainer::TrainStep() {
     optimizer_->step();
   }
   state_.step = step;
-  state_.tokens += accumulation * config_.training.batch_size * config_.training.seq_len *
-                   world_size_;
+  state_.tokens +=
+      accumulation * config_.training.batch_size * config_.training.seq_len * world_size_;
   step_losses_[step] = loss;
   return directive;
 }
@@ -310,8 +310,8 @@ absl::Status Trainer::MaybeLog(bool force) {
   const std::vector<double>& losses = window_.local_losses;
   double sum = 0, max = -INFINITY;
   for (double l : losses) sum += l, max = std::max(max, l);
-  torch::Tensor avg_loss = torch::tensor({sum / static_cast<double>(losses.size())},
-                                         torch::kFloat64);
+  torch::Tensor avg_loss =
+      torch::tensor({sum / static_cast<double>(losses.size())}, torch::kFloat64);
   torch::Tensor max_loss = torch::tensor({max}, torch::kFloat64);
   context_.communicator->AllReduce(avg_loss, ReduceOp::kAvg);
   context_.communicator->AllReduce(max_loss, ReduceOp::kMax);
@@ -377,8 +377,7 @@ absl::Status Trainer::SaveCheckpoint() {
     status = saved.status();
     if (saved.ok()) {
       status = checkpoints_->Prune(config_.checkpoint.keep_latest_k);
-      Print(absl::StrCat("saved checkpoint ", saved->path, " (", Grouped(saved->bytes),
-                         " bytes)"));
+      Print(absl::StrCat("saved checkpoint ", saved->path, " (", Grouped(saved->bytes), " bytes)"));
       context_.progress->CommitCheckpoint(*saved);
     }
   }
@@ -410,8 +409,8 @@ void Trainer::LogBanner() const {
                      Grouped(global_batch), " (", Grouped(tokens_per_step), " tokens)"));
   Print(absl::StrCat("  Total optimization steps = ", Grouped(t.steps), " (",
                      Grouped(t.steps * tokens_per_step), " tokens)"));
-  Print(absl::StrCat("  Warmup steps = ", Grouped(warmup), " (",
-                     Grouped(warmup * tokens_per_step), " tokens)"));
+  Print(absl::StrCat("  Warmup steps = ", Grouped(warmup), " (", Grouped(warmup * tokens_per_step),
+                     " tokens)"));
   Print(absl::StrCat("  Number of parameters = ", Grouped(model::CountParameters(*model_))));
 }
 

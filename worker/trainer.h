@@ -39,7 +39,7 @@ namespace flame::worker {
 // What the process around the trainer provides. Not owned.
 struct TrainerContext {
   Communicator* communicator = nullptr;
-  ProgressSink* progress = nullptr;        // rank 0 reports; others may pass a NullProgressSink
+  ProgressSink* progress = nullptr;  // rank 0 reports; others may pass a NullProgressSink
   DirectiveSource* directives = nullptr;
 };
 

@@ -71,7 +71,8 @@ TEST(CheckpointStore, RoundTripsModelOptimizerAndTrainState) {
   TempDir dir;
   CheckpointStore store(dir.path());
   Trainee saved = MakeTrainee(1, 3);
-  const absl::StatusOr<CheckpointInfo> info = store.Save(StateAt(3), *saved.model, *saved.optimizer);
+  const absl::StatusOr<CheckpointInfo> info =
+      store.Save(StateAt(3), *saved.model, *saved.optimizer);
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->step, 3);
   EXPECT_EQ(info->path, store.StepPath(3));
@@ -142,7 +143,8 @@ TEST(CheckpointStore, PrunesToTheNewestKAndRemovesInterruptedSaves) {
   TempDir dir;
   CheckpointStore store(dir.path());
   Trainee t = MakeTrainee(1, 1);
-  for (int64_t step : {1, 2, 3, 4}) ASSERT_TRUE(store.Save(StateAt(step), *t.model, *t.optimizer).ok());
+  for (int64_t step : {1, 2, 3, 4})
+    ASSERT_TRUE(store.Save(StateAt(step), *t.model, *t.optimizer).ok());
   ASSERT_TRUE(store.Prune(2).ok());
   EXPECT_EQ(store.ListSteps(), (std::vector<int64_t>{3, 4}));
   // Saving the same step again replaces it whole.

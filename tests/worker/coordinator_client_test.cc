@@ -109,8 +109,8 @@ TEST_F(CoordinatorClientTest, HeartbeatsCarryTheStepAndBringTheDirective) {
   // Directives only escalate: a later CONTINUE does not undo the pause.
   fake_.set_action(flame::v1::WORKER_ACTION_CONTINUE);
   const size_t beats = fake_.heartbeats().size();
-  ASSERT_TRUE(fake_.WaitFor([&] { return fake_.heartbeats().size() > beats + 2; },
-                            milliseconds(3000)));
+  ASSERT_TRUE(
+      fake_.WaitFor([&] { return fake_.heartbeats().size() > beats + 2; }, milliseconds(3000)));
   EXPECT_EQ(client->Current(9), Directive::kCheckpointStop);
 }
 
@@ -152,8 +152,8 @@ TEST_F(CoordinatorClientTest, AStaleReplyMakesTheTrainerAbandonAndSkipsFinish) {
   ASSERT_TRUE(client->Join(1, "h").ok());
   fake_.set_stale(true);
   client->ReportProgress(ProgressUpdate{});
-  ASSERT_TRUE(fake_.WaitFor([&] { return client->Current(2) == Directive::kAbandon; },
-                            milliseconds(3000)));
+  ASSERT_TRUE(
+      fake_.WaitFor([&] { return client->Current(2) == Directive::kAbandon; }, milliseconds(3000)));
   EXPECT_EQ(client->Finish(FinishReason::kStopped, "", 2).code(),
             absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(fake_.finishes().empty());
@@ -172,10 +172,14 @@ TEST_F(CoordinatorClientTest, FinishGivesUpAtItsDeadlineWhenTheCoordinatorStaysA
 }
 
 TEST(WorkerIdentity, ReadsTheLauncherEnvironment) {
-  std::map<std::string, std::string> env = {
-      {"FLAME_COORDINATOR", "127.0.0.1:7000"}, {"FLAME_JOB_ID", "j1"}, {"FLAME_ATTEMPT", "2"},
-      {"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "10.0.0.1"}, {"MASTER_PORT", "29500"},
-      {"FLAME_TOKEN", "t"}};
+  std::map<std::string, std::string> env = {{"FLAME_COORDINATOR", "127.0.0.1:7000"},
+                                            {"FLAME_JOB_ID", "j1"},
+                                            {"FLAME_ATTEMPT", "2"},
+                                            {"RANK", "1"},
+                                            {"WORLD_SIZE", "2"},
+                                            {"MASTER_ADDR", "10.0.0.1"},
+                                            {"MASTER_PORT", "29500"},
+                                            {"FLAME_TOKEN", "t"}};
   const auto getenv = [&](const char* name) -> const char* {
     const auto it = env.find(name);
     return it == env.end() ? nullptr : it->second.c_str();
@@ -191,8 +195,7 @@ TEST(WorkerIdentity, ReadsTheLauncherEnvironment) {
   EXPECT_EQ(id->token, "t");
 
   env["RANK"] = "2";
-  EXPECT_NE(ParseWorkerIdentity(getenv).status().message().find("RANK must be"),
-            std::string::npos);
+  EXPECT_NE(ParseWorkerIdentity(getenv).status().message().find("RANK must be"), std::string::npos);
   env["RANK"] = "0";
   env.erase("MASTER_PORT");
   EXPECT_NE(ParseWorkerIdentity(getenv).status().message().find("MASTER_PORT is not set"),
@@ -200,8 +203,7 @@ TEST(WorkerIdentity, ReadsTheLauncherEnvironment) {
   env["WORLD_SIZE"] = "1";  // one rank needs no store
   EXPECT_TRUE(ParseWorkerIdentity(getenv).ok());
   env.erase("FLAME_JOB_ID");
-  EXPECT_NE(ParseWorkerIdentity(getenv).status().message().find("FLAME_JOB_ID"),
-            std::string::npos);
+  EXPECT_NE(ParseWorkerIdentity(getenv).status().message().find("FLAME_JOB_ID"), std::string::npos);
 }
 
 }  // namespace

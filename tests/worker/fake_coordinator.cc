@@ -40,10 +40,10 @@ void FakeCoordinator::set_token(std::string token) {
   token_ = std::move(token);
 }
 
-#define FLAME_FAKE_RECORDS(name, type)               \
-  std::vector<type> FakeCoordinator::name() {        \
-    std::lock_guard<std::mutex> lock(mutex_);        \
-    return name##_;                                  \
+#define FLAME_FAKE_RECORDS(name, type)        \
+  std::vector<type> FakeCoordinator::name() { \
+    std::lock_guard<std::mutex> lock(mutex_); \
+    return name##_;                           \
   }
 FLAME_FAKE_RECORDS(joins, flame::v1::JoinRequest)
 FLAME_FAKE_RECORDS(progress, flame::v1::ProgressReport)

@@ -142,8 +142,8 @@ TEST(GlaModel, TreatsPackedSegmentsAsSeparateSequences) {
   const torch::Tensor second = model->Forward(ids.narrow(1, 30, 70), {}).logits;
   EXPECT_TRUE(torch::allclose(packed, torch::cat({first, second}, 1), 1e-5, 1e-6));
   // Without cu_seqlens the second segment sees the first: the outputs differ.
-  EXPECT_FALSE(torch::allclose(model->Forward(ids, {}).logits.narrow(1, 30, 70), second, 1e-5,
-                               1e-6));
+  EXPECT_FALSE(
+      torch::allclose(model->Forward(ids, {}).logits.narrow(1, 30, 70), second, 1e-5, 1e-6));
 }
 
 }  // namespace

@@ -39,9 +39,9 @@ void ExpectClose(const torch::Tensor& actual, const torch::Tensor& expected, dou
   const torch::Tensor diff = (actual - expected).abs();
   const double error = diff.norm().item<double>() / (expected.norm().item<double>() + 1e-30);
   const int64_t worst = diff.flatten().argmax().item<int64_t>();
-  EXPECT_LT(error, tolerance) << what << ": relative error " << error << ", worst element "
-                              << worst << " is " << actual.flatten()[worst].item<double>()
-                              << " vs " << expected.flatten()[worst].item<double>();
+  EXPECT_LT(error, tolerance) << what << ": relative error " << error << ", worst element " << worst
+                              << " is " << actual.flatten()[worst].item<double>() << " vs "
+                              << expected.flatten()[worst].item<double>();
 }
 
 struct Case {
@@ -150,8 +150,7 @@ TEST(ChunkGla, PassesAFiniteDifferenceGradientCheck) {
 TEST(ChunkGla, ComputesInFloat32ForFloat32Inputs) {
   const Inputs in = MakeInputs(1, 80, 2, 4, 4, 4.0, 1, 5);
   const auto f32 = [](const torch::Tensor& x) { return x.detach().to(torch::kFloat); };
-  const GlaOutput out = ChunkGla(f32(in.q), f32(in.k), f32(in.v), f32(in.g), 0.5,
-                                 f32(in.h0), true);
+  const GlaOutput out = ChunkGla(f32(in.q), f32(in.k), f32(in.v), f32(in.g), 0.5, f32(in.h0), true);
   const GlaOutput reference = NaiveGla(in.q, in.k, in.v, in.g, 0.5, in.h0, true);
   EXPECT_EQ(out.output.scalar_type(), torch::kFloat);
   EXPECT_EQ(out.final_state.scalar_type(), torch::kFloat);

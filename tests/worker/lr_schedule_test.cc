@@ -25,8 +25,8 @@ TEST(LrSchedule, WarmsUpLinearlyThenDecaysWithOneVirtualExtraStep) {
   EXPECT_EQ(schedule.warmup_steps(), 3);
   EXPECT_EQ(schedule.decay_steps(), 7);
   EXPECT_EQ(schedule.stable_steps(), 1);
-  const double expected[] = {1.0 / 3, 2.0 / 3, 1.0, 1.0, 6.0 / 7, 5.0 / 7,
-                             4.0 / 7, 3.0 / 7, 2.0 / 7, 1.0 / 7};
+  const double expected[] = {1.0 / 3, 2.0 / 3, 1.0,     1.0,     6.0 / 7,
+                             5.0 / 7, 4.0 / 7, 3.0 / 7, 2.0 / 7, 1.0 / 7};
   for (int64_t step = 0; step < 10; ++step) {
     EXPECT_NEAR(schedule.Factor(step), expected[step], 1e-12) << "step " << step;
   }

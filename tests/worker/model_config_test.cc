@@ -10,7 +10,9 @@
 namespace flame::worker {
 namespace {
 
-absl::StatusOr<ModelConfig> Parse(const std::string& json) { return ParseModelConfig(json, "c.json"); }
+absl::StatusOr<ModelConfig> Parse(const std::string& json) {
+  return ParseModelConfig(json, "c.json");
+}
 
 void ExpectError(const std::string& json, const std::string& fragment) {
   const absl::StatusOr<ModelConfig> config = Parse(json);
@@ -96,8 +98,7 @@ TEST(ModelConfig, RejectsBadInputByKey) {
   ExpectError(R"({"model_type": "gla", "hidden_act": "gelu"})", "hidden_act");
   ExpectError(R"({"model_type": "gla", "attn": {"layers": [1]}})", "attn");
   ExpectError(R"({"model_type": "gla", "feature_map": "elu"})", "feature_map");
-  ExpectError(R"({"model_type": "gla", "fuse_linear_cross_entropy": true})",
-              "cannot both be true");
+  ExpectError(R"({"model_type": "gla", "fuse_linear_cross_entropy": true})", "cannot both be true");
   ExpectError(R"({"model_type": "gla", "pad_token_id": 99999})", "pad_token_id");
 }
 

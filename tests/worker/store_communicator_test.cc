@@ -36,8 +36,8 @@ TEST(StoreCommunicator, AllReduceGivesEveryRankTheSameSumAverageAndMax) {
     EXPECT_EQ(comm.rank(), rank);
     EXPECT_EQ(comm.world_size(), kWorld);
     // Values whose float32 sum depends on the order of additions.
-    const torch::Tensor mine = torch::tensor({1e8f, 1.0f, -3.5f, 0.1f}) * (rank + 1) +
-                               static_cast<float>(rank) * 1e-3f;
+    const torch::Tensor mine =
+        torch::tensor({1e8f, 1.0f, -3.5f, 0.1f}) * (rank + 1) + static_cast<float>(rank) * 1e-3f;
     sums[rank] = mine.clone();
     comm.AllReduce(sums[rank], ReduceOp::kSum);
     averages[rank] = mine.clone();

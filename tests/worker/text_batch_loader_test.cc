@@ -20,8 +20,7 @@ class WordTokenizer final : public Tokenizer {
  public:
   absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const override {
     std::vector<int32_t> ids = {kBos};
-    for (absl::string_view word : absl::StrSplit(text, absl::ByAnyChar(" \n"),
-                                                 absl::SkipEmpty())) {
+    for (absl::string_view word : absl::StrSplit(text, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
       ids.push_back(10 + static_cast<int32_t>(std::hash<std::string>()(std::string(word)) % 90));
     }
     return ids;
@@ -144,7 +143,8 @@ TEST(TextBatchLoader, PacksDocumentsBackToBackIntoRowsOfSeqLen) {
     EXPECT_EQ(batch->batch_size, 2);
     EXPECT_EQ(batch->seq_len, 7);
     EXPECT_TRUE(batch->cu_seqlens.empty());
-    EXPECT_EQ(batch->ids, std::vector<int32_t>(stream.begin() + offset, stream.begin() + offset + 14))
+    EXPECT_EQ(batch->ids,
+              std::vector<int32_t>(stream.begin() + offset, stream.begin() + offset + 14))
         << "batch " << i;
     offset += 14;
   }
@@ -165,8 +165,8 @@ TEST(TextBatchLoader, ShardsDocumentsByIndexModuloWorldSize) {
     for (size_t offset = 0; offset + 5 <= expected.size(); offset += 5) {
       const absl::StatusOr<Batch> batch = loader->Next();
       ASSERT_TRUE(batch.ok()) << batch.status();
-      EXPECT_EQ(batch->ids, std::vector<int32_t>(expected.begin() + offset,
-                                                 expected.begin() + offset + 5))
+      EXPECT_EQ(batch->ids,
+                std::vector<int32_t>(expected.begin() + offset, expected.begin() + offset + 5))
           << "rank " << rank << " offset " << offset;
     }
   }

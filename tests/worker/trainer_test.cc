@@ -39,9 +39,7 @@ class RecordingSink final : public ProgressSink {
 class DirectiveAt final : public DirectiveSource {
  public:
   DirectiveAt(int64_t step, Directive then) : step_(step), then_(then) {}
-  Directive Current(int64_t step) override {
-    return step >= step_ ? then_ : Directive::kContinue;
-  }
+  Directive Current(int64_t step) override { return step >= step_ ? then_ : Directive::kContinue; }
 
  private:
   int64_t step_;
@@ -253,8 +251,7 @@ TEST(Trainer, ReportsBadInputAsAStatus) {
   config.checkpoint.load_step = 3;  // no such checkpoint
   const RunRecord no_checkpoint = Train(config, &sink, &directives);
   ASSERT_FALSE(no_checkpoint.result.ok());
-  EXPECT_NE(no_checkpoint.result.status().message().find("checkpoint.load_step"),
-            std::string::npos)
+  EXPECT_NE(no_checkpoint.result.status().message().find("checkpoint.load_step"), std::string::npos)
       << no_checkpoint.result.status();
 }
 

@@ -59,12 +59,15 @@ class WorkerProcess {
   WorkerProcess(const std::string& coordinator, int rank, int world_size, int master_port,
                 std::string log)
       : log_(std::move(log)) {
-    std::vector<std::string> env = {
-        "PATH=/usr/bin:/bin",           "FLAME_COORDINATOR=" + coordinator,
-        "FLAME_JOB_ID=job-7",           "FLAME_ATTEMPT=1",
-        "RANK=" + std::to_string(rank), "WORLD_SIZE=" + std::to_string(world_size),
-        "MASTER_ADDR=127.0.0.1",        "MASTER_PORT=" + std::to_string(master_port),
-        "OMP_NUM_THREADS=1"};
+    std::vector<std::string> env = {"PATH=/usr/bin:/bin",
+                                    "FLAME_COORDINATOR=" + coordinator,
+                                    "FLAME_JOB_ID=job-7",
+                                    "FLAME_ATTEMPT=1",
+                                    "RANK=" + std::to_string(rank),
+                                    "WORLD_SIZE=" + std::to_string(world_size),
+                                    "MASTER_ADDR=127.0.0.1",
+                                    "MASTER_PORT=" + std::to_string(master_port),
+                                    "OMP_NUM_THREADS=1"};
     pid_ = ::fork();
     if (pid_ == 0) {
       const int fd = ::open(log_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);

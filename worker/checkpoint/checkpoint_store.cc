@@ -38,8 +38,7 @@ absl::StatusOr<std::string> FileCrc32(const std::string& path) {
   std::vector<char> buffer(1 << 20);
   while (in) {
     in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()),
-                static_cast<uInt>(in.gcount()));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(buffer.data()), static_cast<uInt>(in.gcount()));
   }
   if (in.bad()) return absl::DataLossError(absl::StrCat("read error in ", path));
   return absl::StrFormat("%08x", crc);
@@ -132,8 +131,7 @@ absl::Status WriteContents(const std::string& dir, const CheckpointState& state,
   for (const std::string& path : {model_path, optimizer_path, rng_path}) {
     FLAME_RETURN_IF_ERROR(SyncPath(path));
   }
-  FLAME_RETURN_IF_ERROR(
-      WriteText(dir + "/train_state.json", TrainStateJson(state).dump(2) + "\n"));
+  FLAME_RETURN_IF_ERROR(WriteText(dir + "/train_state.json", TrainStateJson(state).dump(2) + "\n"));
   return WriteText(dir + "/data_positions.json", Json(state.data_positions).dump() + "\n");
 }
 
@@ -231,8 +229,8 @@ absl::Status CheckpointStore::Verify(int64_t step) const {
   return absl::OkStatus();
 }
 
-absl::Status CheckpointStore::Load(int64_t step, CheckpointState* state,
-                                   torch::nn::Module& model, torch::optim::Optimizer& optimizer) {
+absl::Status CheckpointStore::Load(int64_t step, CheckpointState* state, torch::nn::Module& model,
+                                   torch::optim::Optimizer& optimizer) {
   FLAME_RETURN_IF_ERROR(Verify(step));
   const std::string dir = StepPath(step);
   // model.load() would silently adopt whatever shapes the archive has; a checkpoint of another
@@ -246,9 +244,10 @@ absl::Status CheckpointStore::Load(int64_t step, CheckpointState* state,
   }));
   for (const auto& item : model.named_parameters()) {
     if (shapes[item.key()] != item.value().sizes().vec()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          dir, ": parameter ", item.key(), " has another shape than the model (was the model "
-          "config changed?)"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, ": parameter ", item.key(),
+                       " has another shape than the model (was the model "
+                       "config changed?)"));
     }
   }
   FLAME_RETURN_IF_ERROR(TorchIo(absl::StrCat("load ", dir, "/optimizer.pt"), [&] {
@@ -263,7 +262,8 @@ absl::Status CheckpointStore::Load(int64_t step, CheckpointState* state,
     std::lock_guard<std::mutex> lock(generator.mutex());
     generator.set_state(rng);
   }));
-  FLAME_ASSIGN_OR_RETURN(const std::string train_state, ReadFileToString(dir + "/train_state.json"));
+  FLAME_ASSIGN_OR_RETURN(const std::string train_state,
+                         ReadFileToString(dir + "/train_state.json"));
   FLAME_RETURN_IF_ERROR(ParseTrainState(train_state, state));
   FLAME_ASSIGN_OR_RETURN(const std::string positions,
                          ReadFileToString(dir + "/data_positions.json"));
@@ -309,8 +309,8 @@ absl::Status CheckpointStore::Prune(int64_t keep_latest_k) {
     std::error_code error;
     fs::remove_all(StepPath(steps[i]), error);
     if (error) {
-      return absl::InternalError(absl::StrCat("remove ", StepPath(steps[i]), ": ",
-                                              error.message()));
+      return absl::InternalError(
+          absl::StrCat("remove ", StepPath(steps[i]), ": ", error.message()));
     }
   }
   return absl::OkStatus();

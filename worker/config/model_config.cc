@@ -72,8 +72,8 @@ class FieldReader {
   absl::Status Bool(const std::string& key, bool* out) const {
     if (!IsSet(key)) return absl::OkStatus();
     const Json& v = root_.at(key);
-    if (!v.is_boolean()) return Error(key, absl::StrCat("must be true or false (got ", v.dump(),
-                                                        ")"));
+    if (!v.is_boolean())
+      return Error(key, absl::StrCat("must be true or false (got ", v.dump(), ")"));
     *out = v.get<bool>();
     return absl::OkStatus();
   }
@@ -115,8 +115,8 @@ absl::Status ParseCommon(const FieldReader& r, ModelConfig* c) {
   FLAME_RETURN_IF_ERROR(r.Positive("vocab_size", c->vocab_size));
   FLAME_RETURN_IF_ERROR(r.Positive("hidden_ratio", c->hidden_ratio));
   FLAME_RETURN_IF_ERROR(r.Positive("norm_eps", c->norm_eps));
-  if (c->intermediate_size) FLAME_RETURN_IF_ERROR(r.Positive("intermediate_size",
-                                                             *c->intermediate_size));
+  if (c->intermediate_size)
+    FLAME_RETURN_IF_ERROR(r.Positive("intermediate_size", *c->intermediate_size));
   if (c->initializer_range < 0) return r.Error("initializer_range", "must not be negative");
   if (c->pad_token_id && (*c->pad_token_id < 0 || *c->pad_token_id >= c->vocab_size)) {
     return r.Error("pad_token_id", "must be a token id below vocab_size");
@@ -238,12 +238,12 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
     static const char* const kPlanned[] = {"transformer", "retnet", "delta_net", "gated_deltanet"};
     for (const char* planned : kPlanned) {
       if (config.model_type == planned) {
-        return reader.Error("model_type", absl::StrCat("\"", planned,
-                                                       "\" is not supported yet (supported: gla)"));
+        return reader.Error(
+            "model_type", absl::StrCat("\"", planned, "\" is not supported yet (supported: gla)"));
       }
     }
-    return reader.Error("model_type", absl::StrCat("\"", config.model_type,
-                                                   "\" is unknown (supported: gla)"));
+    return reader.Error("model_type",
+                        absl::StrCat("\"", config.model_type, "\" is unknown (supported: gla)"));
   }
   config.family = it->second.family;
   FLAME_RETURN_IF_ERROR(ParseCommon(reader, &config));

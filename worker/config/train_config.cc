@@ -30,8 +30,8 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.model_config.empty()) return Invalid("model.config", "is required");
   if (c.tokenizer_path.empty()) return Invalid("model.tokenizer_path", "is required");
   if (c.optimizer.name != "AdamW" && c.optimizer.name != "Adam") {
-    return Invalid("optimizer.name", absl::StrCat("must be AdamW or Adam (got \"",
-                                                  c.optimizer.name, "\")"));
+    return Invalid("optimizer.name",
+                   absl::StrCat("must be AdamW or Adam (got \"", c.optimizer.name, "\")"));
   }
   if (!(c.optimizer.lr > 0) || !std::isfinite(c.optimizer.lr)) {
     return Invalid("optimizer.lr", "must be a positive number");
@@ -81,8 +81,8 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
       absl::StrCat("job.description = ", c.description),
       absl::StrCat("model.config = ", c.model_config),
       absl::StrCat("model.tokenizer_path = ", c.tokenizer_path),
-      absl::StrCat("optimizer = ", c.optimizer.name, " lr=", c.optimizer.lr, " eps=",
-                   c.optimizer.eps, " betas=(", c.optimizer.beta1, ", ", c.optimizer.beta2,
+      absl::StrCat("optimizer = ", c.optimizer.name, " lr=", c.optimizer.lr,
+                   " eps=", c.optimizer.eps, " betas=(", c.optimizer.beta1, ", ", c.optimizer.beta2,
                    ") weight_decay=", c.optimizer.weight_decay),
       absl::StrCat("lr_scheduler = warmup ", c.lr_scheduler.warmup_steps, ", decay ",
                    c.lr_scheduler.decay_type, ", decay_ratio ",

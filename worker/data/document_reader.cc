@@ -49,7 +49,8 @@ absl::Status ExpandPath(const std::string& path, std::vector<std::string>* files
         found.push_back(entry.path().string());
       }
     }
-    if (error) return absl::InternalError(absl::StrCat("cannot list ", path, ": ", error.message()));
+    if (error)
+      return absl::InternalError(absl::StrCat("cannot list ", path, ": ", error.message()));
     if (found.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("training.dataset folder has no .jsonl/.json/.txt/.md files: ", path));
@@ -72,7 +73,8 @@ absl::Status ExpandPath(const std::string& path, std::vector<std::string>* files
 // The document text of one JSONL line: field "text", else "content".
 absl::StatusOr<std::string> JsonlText(const std::string& line, const std::string& where) {
   const nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (row.is_discarded()) return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON"));
+  if (row.is_discarded())
+    return absl::InvalidArgumentError(absl::StrCat(where, ": not valid JSON"));
   for (const char* field : {"text", "content"}) {
     if (row.is_object() && row.contains(field) && row.at(field).is_string()) {
       return row.at(field).get<std::string>();
@@ -83,7 +85,8 @@ absl::StatusOr<std::string> JsonlText(const std::string& line, const std::string
 }
 
 bool IsBlank(const std::string& line) {
-  return std::all_of(line.begin(), line.end(), [](unsigned char c) { return absl::ascii_isspace(c); });
+  return std::all_of(line.begin(), line.end(),
+                     [](unsigned char c) { return absl::ascii_isspace(c); });
 }
 
 }  // namespace
@@ -113,9 +116,8 @@ absl::Status DocumentReader::OpenCurrentFile() {
 absl::Status DocumentReader::Seek(const DocumentCursor& cursor) {
   if (cursor.file_index < 0 || cursor.file_index > static_cast<int64_t>(files_.size()) ||
       cursor.byte_offset < 0 || cursor.doc_index < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("data position out of range: file ",
-                                                   cursor.file_index, " offset ",
-                                                   cursor.byte_offset));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data position out of range: file ", cursor.file_index, " offset ", cursor.byte_offset));
   }
   cursor_ = cursor;
   if (cursor_.file_index == static_cast<int64_t>(files_.size())) return absl::OkStatus();  // end
@@ -174,8 +176,8 @@ absl::StatusOr<bool> DocumentReader::NextParagraph(std::string* text) {
 absl::StatusOr<bool> DocumentReader::Next(std::string* text) {
   while (cursor_.file_index < static_cast<int64_t>(files_.size())) {
     FLAME_RETURN_IF_ERROR(OpenCurrentFile());
-    FLAME_ASSIGN_OR_RETURN(const bool found, CurrentIsJsonl() ? NextJsonl(text)
-                                                              : NextParagraph(text));
+    FLAME_ASSIGN_OR_RETURN(const bool found,
+                           CurrentIsJsonl() ? NextJsonl(text) : NextParagraph(text));
     if (stream_.bad()) {
       return absl::DataLossError(absl::StrCat("read error in ", files_[cursor_.file_index]));
     }

@@ -103,8 +103,8 @@ bool SentencePieceModel::Encode(const std::string& text, std::vector<int>* ids,
   char message[512] = {};
   // Pieces are rarely more than one per byte (byte fallback gives exactly one per byte).
   ids->resize(text.size() + 16);
-  long count = module_->encode(handle_, text.data(), text.size(), ids->data(), ids->size(),
-                               message, sizeof(message));
+  long count = module_->encode(handle_, text.data(), text.size(), ids->data(), ids->size(), message,
+                               sizeof(message));
   if (count > static_cast<long>(ids->size())) {
     ids->resize(static_cast<size_t>(count));
     count = module_->encode(handle_, text.data(), text.size(), ids->data(), ids->size(), message,

@@ -41,8 +41,8 @@ absl::StatusOr<DataPosition> DecodeDataPosition(const std::string& text) {
     p.cursor.doc_index = json.at("doc_index").get<int64_t>();
     p.pending = json.at("pending").get<std::vector<int32_t>>();
   } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(absl::StrCat("data position has a field of the wrong type: ",
-                                            e.what()));
+    return absl::DataLossError(
+        absl::StrCat("data position has a field of the wrong type: ", e.what()));
   }
   return p;
 }
@@ -52,8 +52,8 @@ DataPosition ReshardDataPosition(const std::vector<DataPosition>& saved, int64_t
   DataPosition start;
   bool first = true;
   for (const DataPosition& p : saved) {
-    if (first || std::tie(p.epoch, p.cursor.doc_index) <
-                     std::tie(start.epoch, start.cursor.doc_index)) {
+    if (first ||
+        std::tie(p.epoch, p.cursor.doc_index) < std::tie(start.epoch, start.cursor.doc_index)) {
       start = p;
       first = false;
     }
@@ -148,10 +148,10 @@ DataPosition TextBatchLoader::Position() const {
 
 absl::Status TextBatchLoader::Restore(const DataPosition& position) {
   if (position.rank != options_.rank || position.world_size != options_.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data position of rank ", position.rank, "/", position.world_size,
-        " restored into rank ", options_.rank, "/", options_.world_size,
-        " (use ReshardDataPosition when the rank count changed)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data position of rank ", position.rank, "/", position.world_size,
+                     " restored into rank ", options_.rank, "/", options_.world_size,
+                     " (use ReshardDataPosition when the rank count changed)"));
   }
   FLAME_RETURN_IF_ERROR(reader_.Seek(position.cursor));
   epoch_ = position.epoch;

@@ -8,12 +8,12 @@
 //      reader finish and deletes the collective's keys, so the store does not grow.
 // Reductions add the W buffers in rank order on every rank: the same additions in the same
 // order, hence bitwise identical results everywhere.
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/torch.h>
 
 #include <chrono>
 #include <cstring>
 #include <thread>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 #include "worker/dist/communicator.h"
 
@@ -94,8 +94,8 @@ class StoreCommunicator final : public Communicator {
     const torch::Tensor mine = tensor.contiguous();
     const size_t bytes = static_cast<size_t>(mine.numel() * mine.element_size());
     // Only the root's buffer travels; the others contribute an empty value.
-    const std::vector<std::vector<uint8_t>> all = Exchange(
-        rank_ == root ? ToBytes(mine.data_ptr(), bytes) : std::vector<uint8_t>());
+    const std::vector<std::vector<uint8_t>> all =
+        Exchange(rank_ == root ? ToBytes(mine.data_ptr(), bytes) : std::vector<uint8_t>());
     const std::vector<uint8_t>& source = all[static_cast<size_t>(root)];
     TORCH_CHECK(source.size() == bytes, "Broadcast: the root sent ", source.size(),
                 " bytes, this rank expects ", bytes);

@@ -44,15 +44,13 @@ torch::Tensor ShiftedCrossEntropy(const torch::Tensor& logits, const torch::Tens
                   logits.size(1) == labels.size(1),
               "labels ", labels.sizes(), " must be [B, T] for logits ", logits.sizes());
   // Position t predicts token t + 1; the last position has no target.
-  const torch::Tensor shifted =
-      torch::cat({labels.slice(1, 1), torch::full({labels.size(0), 1}, kIgnoreIndex,
-                                                  labels.options())},
-                 1);  // [B, T]
+  const torch::Tensor shifted = torch::cat(
+      {labels.slice(1, 1), torch::full({labels.size(0), 1}, kIgnoreIndex, labels.options())},
+      1);  // [B, T]
   const int64_t vocab = logits.size(-1);
   const torch::Tensor flat = logits.reshape({-1, vocab});
   return torch::nn::functional::cross_entropy(
-      flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat32),
-      shifted.reshape({-1}),
+      flat.scalar_type() == torch::kDouble ? flat : flat.to(torch::kFloat32), shifted.reshape({-1}),
       torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex));
 }
 

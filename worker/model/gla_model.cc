@@ -23,8 +23,7 @@ GatedLinearAttentionImpl::GatedLinearAttentionImpl(const ModelConfig& config)
   if (options_.use_output_gate) g_proj_ = register_module("g_proj", MakeLinear(d, value_dim));
   if (options_.use_short_conv) {
     q_conv1d_ = register_module("q_conv1d", ShortConvolution(key_dim, options_.conv_size));
-    k_conv1d_ =
-        register_module("k_conv1d", ShortConvolution(key_dim / groups, options_.conv_size));
+    k_conv1d_ = register_module("k_conv1d", ShortConvolution(key_dim / groups, options_.conv_size));
     v_conv1d_ =
         register_module("v_conv1d", ShortConvolution(value_dim / groups, options_.conv_size));
   }
@@ -37,17 +36,15 @@ GatedLinearAttentionImpl::GatedLinearAttentionImpl(const ModelConfig& config)
   // fla names the output norm after its implementation: the fused norm+swish-gate kernel when
   // fuse_norm is on and there is a gate, a plain (float32) RMSNorm otherwise.
   if (options_.use_output_gate && config.fuse_norm) {
-    gated_norm_ = register_module(
-        "g_norm_swish_gate",
-        GatedRmsNorm(head_v_dim_, config.norm_eps, options_.elementwise_affine));
+    gated_norm_ = register_module("g_norm_swish_gate", GatedRmsNorm(head_v_dim_, config.norm_eps,
+                                                                    options_.elementwise_affine));
   } else {
     norm_ = register_module("g_norm",
                             RmsNorm(head_v_dim_, config.norm_eps, options_.elementwise_affine));
   }
 }
 
-torch::Tensor GatedLinearAttentionImpl::SplitHeads(const torch::Tensor& x,
-                                                    int64_t head_dim) const {
+torch::Tensor GatedLinearAttentionImpl::SplitHeads(const torch::Tensor& x, int64_t head_dim) const {
   const int64_t groups = options_.num_heads / options_.num_kv_heads;
   torch::Tensor heads = x.unflatten(-1, {-1, head_dim});  // [B, T, H_kv, d]
   return groups == 1 ? heads : heads.repeat_interleave(groups, /*dim=*/2);

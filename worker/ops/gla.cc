@@ -17,17 +17,17 @@ void CheckGlaArguments(const torch::Tensor& q, const torch::Tensor& k, const tor
   TORCH_CHECK(q.dim() == 4, "GLA: q must be [B, T, H, K], got ", q.sizes());
   TORCH_CHECK(k.sizes() == q.sizes(), "GLA: k ", k.sizes(), " must match q ", q.sizes());
   TORCH_CHECK(g.sizes() == q.sizes(), "GLA: g ", g.sizes(), " must match q ", q.sizes());
-  TORCH_CHECK(v.dim() == 4 && v.size(0) == q.size(0) && v.size(1) == q.size(1) &&
-                  v.size(2) == q.size(2),
-              "GLA: v must be [B, T, H, V] with q's B, T, H; got ", v.sizes());
+  TORCH_CHECK(
+      v.dim() == 4 && v.size(0) == q.size(0) && v.size(1) == q.size(1) && v.size(2) == q.size(2),
+      "GLA: v must be [B, T, H, V] with q's B, T, H; got ", v.sizes());
   TORCH_CHECK(q.is_floating_point() && k.scalar_type() == q.scalar_type() &&
                   v.scalar_type() == q.scalar_type(),
               "GLA: q, k, v must share one floating dtype");
   TORCH_CHECK(g.is_floating_point(), "GLA: g must be floating point");
   int64_t num_states = q.size(0);
   if (cu_seqlens.defined()) {
-    TORCH_CHECK(q.size(0) == 1, "GLA: cu_seqlens needs B == 1 (packed sequences), got B = ",
-                q.size(0));
+    TORCH_CHECK(q.size(0) == 1,
+                "GLA: cu_seqlens needs B == 1 (packed sequences), got B = ", q.size(0));
     TORCH_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.size(0) >= 2,
                 "GLA: cu_seqlens must be [N + 1] with N >= 1");
     const torch::Tensor bounds = cu_seqlens.to(torch::kCPU, torch::kLong);
@@ -63,9 +63,9 @@ GlaOutput SplitSequences(const DenseGla& dense, const torch::Tensor& q, const to
     const torch::Tensor h0 =
         initial_state.defined() ? initial_state.narrow(0, n, 1) : torch::Tensor();
     // Each sequence runs as its own [1, T_n, H, D] problem: its chunks start at its first token.
-    GlaOutput part = dense(q.narrow(1, begin, length), k.narrow(1, begin, length),
-                           v.narrow(1, begin, length), g.narrow(1, begin, length), scale, h0,
-                           output_final_state);
+    GlaOutput part =
+        dense(q.narrow(1, begin, length), k.narrow(1, begin, length), v.narrow(1, begin, length),
+              g.narrow(1, begin, length), scale, h0, output_final_state);
     outputs.push_back(part.output);
     if (output_final_state) states.push_back(part.final_state);
   }
@@ -109,8 +109,8 @@ GlaOutput NaiveGla(const torch::Tensor& q, const torch::Tensor& k, const torch::
                    const torch::Tensor& g, double scale, const torch::Tensor& initial_state,
                    bool output_final_state, const torch::Tensor& cu_seqlens) {
   internal::CheckGlaArguments(q, k, v, g, initial_state, cu_seqlens);
-  return internal::SplitSequences(NaiveDense, q, k, v, g, scale, initial_state,
-                                  output_final_state, cu_seqlens);
+  return internal::SplitSequences(NaiveDense, q, k, v, g, scale, initial_state, output_final_state,
+                                  cu_seqlens);
 }
 
 GlaOutput ChunkGla(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -40,8 +40,8 @@ GlaOutput NaiveGla(const torch::Tensor& q, const torch::Tensor& k, const torch::
                    bool output_final_state = false, const torch::Tensor& cu_seqlens = {});
 
 // The chunked algorithm in plain ATen ops, for any device (what ChunkGla runs on CPU).
-GlaOutput ChunkGlaReference(const torch::Tensor& q, const torch::Tensor& k,
-                            const torch::Tensor& v, const torch::Tensor& g, double scale,
+GlaOutput ChunkGlaReference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& g, double scale,
                             const torch::Tensor& initial_state, bool output_final_state,
                             const torch::Tensor& cu_seqlens);
 

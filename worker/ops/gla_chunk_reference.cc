@@ -36,13 +36,13 @@ torch::Tensor IntraChunkScores(const torch::Tensor& q, const torch::Tensor& k,
   const int64_t B = q.size(0), H = q.size(1), N = q.size(2), K = q.size(4);
   const int64_t S = kGlaChunkSize / kSubChunk, L = kSubChunk;
   const auto options = q.options().dtype(torch::kBool);
-  const torch::Tensor qs = q.reshape({B, H, N, S, L, K});      // [B, H, N, S, L, K]
+  const torch::Tensor qs = q.reshape({B, H, N, S, L, K});  // [B, H, N, S, L, K]
   const torch::Tensor ks = k.reshape({B, H, N, S, L, K});
   const torch::Tensor gs = gamma.reshape({B, H, N, S, L, K});
-  const torch::Tensor ref = gs.narrow(4, 0, 1);                // [B, H, N, S, 1, K] row n of each a
+  const torch::Tensor ref = gs.narrow(4, 0, 1);  // [B, H, N, S, 1, K] row n of each a
 
   // Off-diagonal blocks, all (a, b) pairs at once, then masked to b < a.
-  const torch::Tensor q_decayed = qs * torch::exp2(gs - ref);  // [B, H, N, a, L, K]
+  const torch::Tensor q_decayed = qs * torch::exp2(gs - ref);          // [B, H, N, a, L, K]
   const torch::Tensor before = torch::ones({S, S}, options).tril(-1);  // [a, b]: b < a
   torch::Tensor k_exponent = ref.unsqueeze(4) - gs.unsqueeze(3);       // [B, H, N, a, b, L, K]
   k_exponent = torch::where(before.view({S, S, 1, 1}), k_exponent, torch::zeros_like(k_exponent));
@@ -57,7 +57,7 @@ torch::Tensor IntraChunkScores(const torch::Tensor& q, const torch::Tensor& k,
   exponent = torch::where(causal.view({L, L, 1}), exponent, torch::zeros_like(exponent));
   const torch::Tensor diag =
       (qs.unsqueeze(5) * ks.unsqueeze(4) * torch::exp2(exponent)).sum(-1) * causal;  // [a, i, j]
-  const torch::Tensor eye = torch::eye(S, q.options()).view({S, 1, S, 1});        // [a, 1, b, 1]
+  const torch::Tensor eye = torch::eye(S, q.options()).view({S, 1, S, 1});           // [a, 1, b, 1]
   const torch::Tensor scores = off + diag.unsqueeze(5) * eye;  // [B, H, N, a, i, b, j]
   return scores.reshape({B, H, N, kGlaChunkSize, kGlaChunkSize});
 }
@@ -83,9 +83,9 @@ GlaOutput ChunkDense(const torch::Tensor& q_in, const torch::Tensor& k_in,
   const torch::Tensor intra = torch::matmul(IntraChunkScores(q, k, gamma), v);  // [B,H,N,C,V]
 
   // Inter-chunk: the state entering each chunk, by a sequential scan over N.
-  const torch::Tensor k_to_end = k * torch::exp2(gamma_last.unsqueeze(3) - gamma);  // [B,H,N,C,K]
+  const torch::Tensor k_to_end = k * torch::exp2(gamma_last.unsqueeze(3) - gamma);   // [B,H,N,C,K]
   const torch::Tensor chunk_updates = torch::matmul(k_to_end.transpose(-1, -2), v);  // [B,H,N,K,V]
-  const torch::Tensor chunk_decay = torch::exp2(gamma_last).unsqueeze(-1);          // [B,H,N,K,1]
+  const torch::Tensor chunk_decay = torch::exp2(gamma_last).unsqueeze(-1);           // [B,H,N,K,1]
   torch::Tensor state = initial_state.defined()
                             ? initial_state.to(type)
                             : torch::zeros({B, H, K, V}, q.options());  // [B, H, K, V]
@@ -95,8 +95,8 @@ GlaOutput ChunkDense(const torch::Tensor& q_in, const torch::Tensor& k_in,
     entering.push_back(state);
     state = chunk_decay.select(2, n) * state + chunk_updates.select(2, n);
   }
-  const torch::Tensor states = torch::stack(entering, 2);                        // [B,H,N,K,V]
-  const torch::Tensor inter = torch::matmul(q * torch::exp2(gamma), states);     // [B,H,N,C,V]
+  const torch::Tensor states = torch::stack(entering, 2);                     // [B,H,N,K,V]
+  const torch::Tensor inter = torch::matmul(q * torch::exp2(gamma), states);  // [B,H,N,C,V]
 
   GlaOutput result;
   result.output = (inter + intra)
@@ -110,13 +110,13 @@ GlaOutput ChunkDense(const torch::Tensor& q_in, const torch::Tensor& k_in,
 
 }  // namespace
 
-GlaOutput ChunkGlaReference(const torch::Tensor& q, const torch::Tensor& k,
-                            const torch::Tensor& v, const torch::Tensor& g, double scale,
+GlaOutput ChunkGlaReference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                            const torch::Tensor& g, double scale,
                             const torch::Tensor& initial_state, bool output_final_state,
                             const torch::Tensor& cu_seqlens) {
   internal::CheckGlaArguments(q, k, v, g, initial_state, cu_seqlens);
-  return internal::SplitSequences(ChunkDense, q, k, v, g, scale, initial_state,
-                                  output_final_state, cu_seqlens);
+  return internal::SplitSequences(ChunkDense, q, k, v, g, scale, initial_state, output_final_state,
+                                  cu_seqlens);
 }
 
 }  // namespace flame::worker::ops

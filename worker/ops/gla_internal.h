@@ -18,9 +18,9 @@ void CheckGlaArguments(const torch::Tensor& q, const torch::Tensor& k, const tor
 torch::ScalarType ComputeType(const torch::Tensor& q);
 
 // An algorithm over one dense [B, T, H, *] problem.
-using DenseGla = std::function<GlaOutput(const torch::Tensor&, const torch::Tensor&,
-                                         const torch::Tensor&, const torch::Tensor&, double,
-                                         const torch::Tensor&, bool)>;
+using DenseGla =
+    std::function<GlaOutput(const torch::Tensor&, const torch::Tensor&, const torch::Tensor&,
+                            const torch::Tensor&, double, const torch::Tensor&, bool)>;
 
 // Runs `dense` once per sequence of cu_seqlens (or once when it is undefined) and concatenates.
 GlaOutput SplitSequences(const DenseGla& dense, const torch::Tensor& q, const torch::Tensor& k,

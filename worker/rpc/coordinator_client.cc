@@ -200,8 +200,8 @@ absl::StatusOr<JoinResult> CoordinatorClient::Join(int64_t pid, const std::strin
     if (status.ok()) break;
     if (status.code() == absl::StatusCode::kFailedPrecondition) stale_ = true;
     if (!Retryable(status) || Clock::now() + backoff > deadline) {
-      return absl::Status(status.code(), absl::StrCat("join ", identity_.coordinator, ": ",
-                                                      status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("join ", identity_.coordinator, ": ", status.message()));
     }
     FLAME_LOG(WARNING) << "join: " << status.message() << "; retrying in " << backoff.count()
                        << " ms";
@@ -247,10 +247,9 @@ void CoordinatorClient::ReportProgress(const ProgressUpdate& progress) {
     for (const Message& m : queue_) queued_progress += std::holds_alternative<ProgressUpdate>(m);
     if (queued_progress >= options_.max_queued_progress) {
       // flamed has been away for long: keep the newest reports (and every checkpoint).
-      const auto oldest = std::find_if(queue_.begin() + (sending_ ? 1 : 0), queue_.end(),
-                                       [](const Message& m) {
-                                         return std::holds_alternative<ProgressUpdate>(m);
-                                       });
+      const auto oldest =
+          std::find_if(queue_.begin() + (sending_ ? 1 : 0), queue_.end(),
+                       [](const Message& m) { return std::holds_alternative<ProgressUpdate>(m); });
       if (oldest != queue_.end()) queue_.erase(oldest);
     }
     queue_.emplace_back(progress);
@@ -273,8 +272,7 @@ Directive CoordinatorClient::Current(int64_t step) {
   return static_cast<Directive>(directive_.load());
 }
 
-bool CoordinatorClient::Absorb(const absl::Status& status, Directive directive,
-                               const char* what) {
+bool CoordinatorClient::Absorb(const absl::Status& status, Directive directive, const char* what) {
   if (status.ok()) {
     // Directives only escalate: a reply to an older request must not undo a stop.
     int current = directive_.load();
@@ -285,8 +283,8 @@ bool CoordinatorClient::Absorb(const absl::Status& status, Directive directive,
   }
   if (status.code() == absl::StatusCode::kFailedPrecondition) {
     if (!stale_.exchange(true)) {
-      FLAME_LOG(WARNING) << what << ": flamed no longer knows this attempt ("
-                         << status.message() << "); stopping";
+      FLAME_LOG(WARNING) << what << ": flamed no longer knows this attempt (" << status.message()
+                         << "); stopping";
     }
     return false;
   }

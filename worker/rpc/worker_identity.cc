@@ -31,8 +31,8 @@ class EnvReader {
                               int32_t max) const {
     int32_t value = 0;
     if (!absl::SimpleAtoi(text, &value) || value < min || value > max) {
-      return absl::InvalidArgumentError(absl::StrCat(name, " must be an integer in [", min, ", ",
-                                                     max, "] (got \"", text, "\")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(name, " must be an integer in [", min, ", ", max, "] (got \"", text, "\")"));
     }
     return value;
   }
