@@ -41,7 +41,7 @@ constexpr char kDemoData[] = FLAME_DEMO_DATA_DIR;
 
 // The two jobs: A trains to the end, B is long enough to be cancelled after a checkpoint.
 constexpr int kStepsA = 40;
-constexpr int kStepsB = 200;
+constexpr int kStepsB = 80;
 
 // proto3 JSON prints 64-bit integers as strings; missing keys read as 0.
 int64_t Int(const Json& value) {
@@ -158,6 +158,13 @@ class EndToEndTest : public ::testing::Test {
     return path;
   }
 
+  // Phase times on stderr: when the test is slow, they say which process to look at.
+  void Mark(const std::string& phase) {
+    const auto elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - start_);
+    std::cerr << "[e2e " << elapsed.count() / 1000.0 << "s] " << phase << std::endl;
+  }
+
   void RememberWorkers(const Json& json) {
     auto remember = [this](const Json& job) {
       for (const Json& attempt : job.value("attempts", Json::array())) {
@@ -181,6 +188,7 @@ class EndToEndTest : public ::testing::Test {
   BackgroundProcess flamed_;
   int flamed_starts_ = 0;
   std::set<pid_t> worker_pids_;
+  const std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
 };
 
 // The value of the `flame_job_step` sample labelled with `job_id`, or -1.
@@ -243,6 +251,7 @@ TEST_F(EndToEndTest, JobsTrainAreCancelledSurviveARestartAndResumeFromTheirCheck
   ASSERT_NO_FATAL_FAILURE(StartFlamed());
 
   // Job A trains to the end, and its loss falls.
+  Mark("flamed up; submitting job A");
   const Json submitted = FlamectlJson({"submit", WriteJobFile("job-a", kStepsA, 10)});
   const std::string a = submitted.value("id", "");
   ASSERT_FALSE(a.empty()) << submitted.dump(2);
@@ -250,6 +259,7 @@ TEST_F(EndToEndTest, JobsTrainAreCancelledSurviveARestartAndResumeFromTheirCheck
   ASSERT_EQ(watch.exit_code, 0) << watch.err << watch.out;
   EXPECT_THAT(watch.out, HasSubstr("JOB_STATE_SUCCEEDED"));
 
+  Mark("job A ended");
   const Json job_a = GetJob(a);
   ASSERT_EQ(State(job_a), "JOB_STATE_SUCCEEDED") << job_a.dump(2);
   EXPECT_EQ(Int(job_a["progress"]["step"]), kStepsA);
@@ -271,7 +281,9 @@ TEST_F(EndToEndTest, JobsTrainAreCancelledSurviveARestartAndResumeFromTheirCheck
   EXPECT_EQ(Flamectl({"cancel", a}).exit_code, 5) << "cancelling a finished job is refused";
 
   // Job B is cancelled after its first checkpoint, before its end.
-  const std::string b = FlamectlJson({"submit", WriteJobFile("job-b", kStepsB, 5)}).value("id", "");
+  Mark("job A checked; submitting job B");
+  const std::string b =
+      FlamectlJson({"submit", WriteJobFile("job-b", kStepsB, 10)}).value("id", "");
   ASSERT_FALSE(b.empty());
   WaitForJob(
       b,
@@ -281,6 +293,7 @@ TEST_F(EndToEndTest, JobsTrainAreCancelledSurviveARestartAndResumeFromTheirCheck
       },
       "RUNNING with a checkpoint", seconds(120));
   ASSERT_FALSE(HasFailure());
+  Mark("job B passed a checkpoint; cancelling");
   const CommandResult cancel = Flamectl({"cancel", b});
   ASSERT_EQ(cancel.exit_code, 0) << cancel.err;
   const Json cancelled = WaitForJob(
@@ -294,6 +307,7 @@ TEST_F(EndToEndTest, JobsTrainAreCancelledSurviveARestartAndResumeFromTheirCheck
   ASSERT_GT(checkpoint_step, 0);
 
   // A restarted flamed still knows both jobs, unchanged.
+  Mark("job B cancelled; restarting flamed");
   ASSERT_NO_FATAL_FAILURE(StopFlamed());
   ASSERT_NO_FATAL_FAILURE(StartFlamed());
   const Json listed = FlamectlJson({"list"});
@@ -306,10 +320,12 @@ TEST_F(EndToEndTest, JobsTrainAreCancelledSurviveARestartAndResumeFromTheirCheck
   EXPECT_EQ(Int(listed["jobs"][1]["progress"]["step"]), cancelled_step);
 
   // Resumed, B continues from its checkpoint, not from step 0, and finishes.
+  Mark("flamed restarted; resuming job B");
   const CommandResult resume = Flamectl({"resume", b});
   ASSERT_EQ(resume.exit_code, 0) << resume.err;
   const CommandResult watch_b = Flamectl({"watch", b}, seconds(200));
   EXPECT_EQ(watch_b.exit_code, 0) << watch_b.err << watch_b.out;
+  Mark("job B ended");
   const Json job_b = GetJob(b);
   EXPECT_EQ(State(job_b), "JOB_STATE_SUCCEEDED") << job_b.dump(2);
   EXPECT_EQ(Int(job_b["progress"]["step"]), kStepsB);
