@@ -22,6 +22,7 @@ struct CommandContext {
   OutputFormat format = OutputFormat::kTable;
   std::ostream* out = nullptr;   // results (stdout)
   bool out_is_terminal = false;  // watch redraws one line in place on a terminal
+  int terminal_width = 0;        // columns of that terminal; 0 when unknown
 };
 
 struct SubmitOptions {

@@ -22,8 +22,14 @@ class WatchPrinter {
     if (line == last_line_) return absl::OkStatus();
     last_line_ = line;
     if (context_.out_is_terminal) {
-      // Carriage return, the line, then erase what a longer previous line left behind.
-      out << '\r' << line << "\x1b[K" << std::flush;
+      // Carriage return, the line, then erase what a longer previous line left behind. A line
+      // that wrapped could not be redrawn by a carriage return, so it is cut to the width.
+      std::string shown = line;
+      if (context_.terminal_width > 1 &&
+          shown.size() >= static_cast<size_t>(context_.terminal_width)) {
+        shown.resize(static_cast<size_t>(context_.terminal_width - 1));
+      }
+      out << '\r' << shown << "\x1b[K" << std::flush;
       line_open_ = true;
     } else {
       out << line << std::endl;

@@ -1,5 +1,6 @@
 // flamectl: the command line of flame. Parses arguments (CLI11), runs one command from
 // commands.h, prints errors as "flamectl: <message>" and exits with a code from exit_codes.h.
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -98,6 +99,9 @@ int Run(int argc, char** argv) {
   context.format = output == "json" ? OutputFormat::kJson : OutputFormat::kTable;
   context.out = &std::cout;
   context.out_is_terminal = ::isatty(STDOUT_FILENO) == 1;
+  if (winsize size{}; context.out_is_terminal && ::ioctl(STDOUT_FILENO, TIOCGWINSZ, &size) == 0) {
+    context.terminal_width = size.ws_col;
+  }
 
   const std::string command = app.get_subcommands().front()->get_name();
   if (command == "submit") return Finish(RunSubmit(context, submit));

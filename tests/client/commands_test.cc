@@ -169,6 +169,19 @@ TEST_F(CommandsTest, WatchReconnectsWhenTheStreamDropsAndPrintsJsonLines) {
   EXPECT_THAT(lines[1], HasSubstr("\"state\":\"JOB_STATE_CANCELLED\""));
 }
 
+TEST_F(CommandsTest, WatchRedrawsOneLineInPlaceOnATerminalCutToItsWidth) {
+  context_.out_is_terminal = true;
+  context_.terminal_width = 20;
+  fake_.watch_scripts = {
+      {MakeJob(flame::v1::JOB_STATE_RUNNING, 2), MakeJob(flame::v1::JOB_STATE_SUCCEEDED, 10)}};
+  absl::StatusOr<ExitCode> code = RunWatch(context_, "j-1");
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, ExitCode::kOk);
+  EXPECT_EQ(out_.str(),
+            "\rRUNNING  [####.....\x1b[K"
+            "\rSUCCEEDED  [#######\x1b[K\n");
+}
+
 TEST_F(CommandsTest, LogsResumeFromTheLastOffsetSoNothingIsLostOrRepeated) {
   absl::StatusOr<ExitCode> code = RunLogs(context_, {"j-1", 0, /*follow=*/true});
   ASSERT_TRUE(code.ok()) << code.status();
