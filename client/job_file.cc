@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <optional>
+#include <system_error>
 #include <tuple>
 #include <vector>
 
@@ -162,6 +163,10 @@ absl::StatusOr<JobSpec> ParseJobToml(absl::string_view text, absl::string_view s
 }
 
 absl::StatusOr<JobSpec> ReadJobFile(const std::string& path) {
+  std::error_code error;
+  if (std::filesystem::is_directory(path, error)) {
+    return absl::InvalidArgumentError(absl::StrCat("job file ", path, " is a directory"));
+  }
   absl::StatusOr<std::string> text = ReadFileToString(path);
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot read job file ", path));

@@ -113,6 +113,12 @@ TEST_F(JobFileTest, AMissingJobFileIsInvalidInput) {
   EXPECT_THAT(spec.status().message(), HasSubstr("nope.toml"));
 }
 
+TEST_F(JobFileTest, ADirectoryIsNotAJobFile) {
+  absl::StatusOr<flame::v1::JobSpec> spec = ReadJobFile(dir_);
+  EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(spec.status().message(), HasSubstr("is a directory"));
+}
+
 TEST_F(JobFileTest, AnUnknownKeyIsNamedWithTheClosestKnownKey) {
   absl::StatusOr<flame::v1::JobSpec> spec = Parse("[training]\nstpes = 10\n");
   EXPECT_EQ(spec.status().code(), absl::StatusCode::kInvalidArgument);
