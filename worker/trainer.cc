@@ -118,7 +118,14 @@ absl::Status Trainer::Setup() {
   data.world_size = world_size_;
   data.varlen = config_.training.varlen;
   data.context_len = config_.training.context_len;
-  FLAME_ASSIGN_OR_RETURN(loader_, TextBatchLoader::Create(data, tokenizer_.get()));
+  FLAME_ASSIGN_OR_RETURN(std::unique_ptr<TextBatchLoader> loader,
+                         TextBatchLoader::Create(data, tokenizer_.get()));
+  // num_workers 0: tokenize on this thread; otherwise a background thread keeps batches ready.
+  if (config_.training.num_workers == 0) {
+    batches_ = std::make_unique<DirectBatchSource>(std::move(loader));
+  } else {
+    batches_ = std::make_unique<PrefetchingBatchSource>(std::move(loader), /*depth=*/2);
+  }
 
   model_ = model::BuildCausalLm(model_config_, static_cast<uint64_t>(config_.training.seed));
   model_->train();
@@ -194,7 +201,7 @@ absl::Status Trainer::RestoreDataPosition(const CheckpointState& saved) {
     positions.push_back(std::move(position));
   }
   if (saved.world_size == world_size_ && static_cast<int64_t>(positions.size()) == world_size_) {
-    return loader_->Restore(positions[static_cast<size_t>(rank_)]);
+    return batches_->Restore(positions[static_cast<size_t>(rank_)]);
   }
   if (rank_ == 0) {
     FLAME_LOG(WARNING) << "the checkpoint was written by " << saved.world_size << " ranks, this "
@@ -202,7 +209,7 @@ absl::Status Trainer::RestoreDataPosition(const CheckpointState& saved) {
                        << "earliest saved document (a few documents are seen twice)";
   }
   if (positions.empty()) return absl::DataLossError("the checkpoint has no data positions");
-  return loader_->Restore(ReshardDataPosition(positions, rank_, world_size_));
+  return batches_->Restore(ReshardDataPosition(positions, rank_, world_size_));
 }
 
 void Trainer::BroadcastParameters() {
@@ -253,7 +260,7 @@ absl::StatusOr<Directive> Trainer::TrainStep() {
 
 absl::StatusOr<double> Trainer::ForwardBackward() {
   const Clock::time_point data_start = Clock::now();
-  FLAME_ASSIGN_OR_RETURN(Batch batch, loader_->Next());
+  FLAME_ASSIGN_OR_RETURN(Batch batch, batches_->Next());
   window_.data_seconds += Seconds(Clock::now() - data_start);
   window_.local_tokens += batch.batch_size * batch.seq_len;
 
@@ -370,7 +377,7 @@ absl::Status Trainer::SaveCheckpoint() {
   checkpoint.spec_hash = config_.spec_hash;
   checkpoint.world_size = world_size_;
   checkpoint.data_positions =
-      context_.communicator->AllGather(EncodeDataPosition(loader_->Position()));
+      context_.communicator->AllGather(EncodeDataPosition(batches_->Position()));
   absl::Status status;
   if (rank_ == 0) {
     absl::StatusOr<CheckpointInfo> saved = checkpoints_->Save(checkpoint, *model_, *optimizer_);

@@ -27,6 +27,7 @@
 #include "worker/checkpoint/checkpoint_store.h"
 #include "worker/config/model_config.h"
 #include "worker/config/train_config.h"
+#include "worker/data/prefetching_loader.h"
 #include "worker/data/text_batch_loader.h"
 #include "worker/data/tokenizer.h"
 #include "worker/dist/communicator.h"
@@ -87,7 +88,7 @@ class Trainer {
 
   ModelConfig model_config_;
   std::unique_ptr<Tokenizer> tokenizer_;
-  std::unique_ptr<TextBatchLoader> loader_;
+  std::unique_ptr<BatchSource> batches_;
   std::shared_ptr<model::CausalLm> model_;
   std::vector<torch::Tensor> parameters_;
   std::unique_ptr<torch::optim::Optimizer> optimizer_;

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_split.h"
 #include "tests/worker/test_util.h"
+#include "worker/data/prefetching_loader.h"
 
 namespace flame::worker {
 namespace {
@@ -198,6 +199,36 @@ TEST(TextBatchLoader, ResumesExactlyFromASavedPositionAcrossEpochs) {
   // A position of another rank layout is refused; ReshardDataPosition handles that case.
   std::unique_ptr<TextBatchLoader> other = MakeLoader(file, tokenizer, 2, 8, 1, 2);
   EXPECT_FALSE(other->Restore(*decoded).ok());
+}
+
+TEST(PrefetchingBatchSource, GivesTheSameBatchesAndThePositionOfWhatWasTaken) {
+  TempDir dir;
+  const std::string file = WriteCorpus(dir.path(), 25);
+  WordTokenizer tokenizer;
+  std::unique_ptr<TextBatchLoader> direct = MakeLoader(file, tokenizer, 2, 6);
+  PrefetchingBatchSource prefetching(MakeLoader(file, tokenizer, 2, 6), /*depth=*/3);
+  for (int i = 0; i < 12; ++i) {
+    const absl::StatusOr<Batch> a = direct->Next(), b = prefetching.Next();
+    ASSERT_TRUE(a.ok() && b.ok());
+    EXPECT_EQ(a->ids, b->ids) << "batch " << i;
+    // The thread is ahead, but the position is the one after the batch just taken.
+    EXPECT_EQ(EncodeDataPosition(prefetching.Position()), EncodeDataPosition(direct->Position()));
+  }
+  // Restoring drops what was prefetched and continues from the restored place.
+  std::unique_ptr<TextBatchLoader> reference = MakeLoader(file, tokenizer, 2, 6);
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(reference->Next().ok());
+  ASSERT_TRUE(prefetching.Restore(reference->Position()).ok());
+  for (int i = 0; i < 5; ++i) EXPECT_EQ(prefetching.Next()->ids, reference->Next()->ids);
+}
+
+TEST(PrefetchingBatchSource, PassesALoaderErrorOnAndKeepsReturningIt) {
+  TempDir dir;
+  const std::string file = Write(dir.path(), "bad.jsonl", "{\"text\": \"a b c\"}\n{\"x\": 1}\n");
+  WordTokenizer tokenizer;
+  PrefetchingBatchSource prefetching(MakeLoader(file, tokenizer, 1, 3), 2);
+  ASSERT_TRUE(prefetching.Next().ok());  // "a b c" with its BOS fills the first row
+  EXPECT_FALSE(prefetching.Next().ok());
+  EXPECT_FALSE(prefetching.Next().ok());
 }
 
 TEST(TextBatchLoader, ReshardsFromTheEarliestSavedDocument) {

@@ -178,6 +178,7 @@ TEST(Trainer, AccumulatesMicroBatchesIntoTheSameStepAsOneLargeBatch) {
   TempDir large_dir, accumulated_dir;
   TrainConfig large = DemoTrainConfig(large_dir.path());
   large.training.steps = 3;
+  large.training.num_workers = 0;  // tokenize on the training thread (the others prefetch)
   large.checkpoint.enable_checkpoint = false;
   TrainConfig accumulated = large;
   accumulated.dump_folder = accumulated_dir.path();
