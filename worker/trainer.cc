@@ -100,16 +100,17 @@ absl::Status Trainer::Setup() {
   }
   torch::manual_seed(static_cast<uint64_t>(config_.training.seed));
   at::globalContext().setDeterministicAlgorithms(config_.training.deterministic, false);
-
   FLAME_ASSIGN_OR_RETURN(tokenizer_, LoadSentencePieceTokenizer(config_.tokenizer_path));
-  FLAME_ASSIGN_OR_RETURN(model_config_, LoadModelConfig(config_.model_config));
-  if (tokenizer_->VocabSize() > model_config_.vocab_size) {
-    // flame: config.vocab_size = max(tokenizer.vocab_size, config.vocab_size).
-    FLAME_LOG(WARNING) << "vocab_size " << model_config_.vocab_size << " is below the tokenizer's "
-                       << tokenizer_->VocabSize() << "; using the tokenizer's";
-    model_config_.vocab_size = tokenizer_->VocabSize();
-  }
+  FLAME_RETURN_IF_ERROR(SetupData());
+  FLAME_RETURN_IF_ERROR(SetupModel());
+  schedule_ = std::make_unique<LrSchedule>(config_.lr_scheduler, config_.training.steps,
+                                           config_.optimizer.lr);
+  checkpoints_ = std::make_unique<CheckpointStore>(config_.CheckpointRoot());
+  if (rank_ == 0 && config_.print_args) Print(DescribeTrainConfig(config_));
+  return absl::OkStatus();
+}
 
+absl::Status Trainer::SetupData() {
   LoaderOptions data;
   data.files = config_.training.dataset;
   data.batch_size = config_.training.batch_size;
@@ -126,17 +127,27 @@ absl::Status Trainer::Setup() {
   } else {
     batches_ = std::make_unique<PrefetchingBatchSource>(std::move(loader), /*depth=*/2);
   }
+  return absl::OkStatus();
+}
 
+absl::Status Trainer::SetupModel() {
+  FLAME_ASSIGN_OR_RETURN(model_config_, LoadModelConfig(config_.model_config));
+  if (tokenizer_->VocabSize() > model_config_.vocab_size) {
+    // flame: config.vocab_size = max(tokenizer.vocab_size, config.vocab_size).
+    FLAME_LOG(WARNING) << "vocab_size " << model_config_.vocab_size << " is below the tokenizer's "
+                       << tokenizer_->VocabSize() << "; using the tokenizer's";
+    model_config_.vocab_size = tokenizer_->VocabSize();
+  }
+  if (rank_ == 0 && tokenizer_->BosId() != model_config_.bos_token_id) {
+    FLAME_LOG(WARNING) << "the tokenizer's BOS id is " << tokenizer_->BosId()
+                       << ", the model config's bos_token_id " << model_config_.bos_token_id;
+  }
   model_ = model::BuildCausalLm(model_config_, static_cast<uint64_t>(config_.training.seed));
   model_->train();
   parameters_ = model_->parameters();
   optimizer_ = BuildOptimizer(config_.optimizer, parameters_);
-  schedule_ = std::make_unique<LrSchedule>(config_.lr_scheduler, config_.training.steps,
-                                           config_.optimizer.lr);
-  checkpoints_ = std::make_unique<CheckpointStore>(config_.CheckpointRoot());
   if (rank_ == 0) {
     FLAME_LOG(INFO) << "model " << DescribeModelConfig(model_config_);
-    if (config_.print_args) Print(DescribeTrainConfig(config_));
   }
   return absl::OkStatus();
 }

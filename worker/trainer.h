@@ -68,6 +68,8 @@ class Trainer {
 
  private:
   absl::Status Setup();
+  absl::Status SetupData();   // tokenizer -> documents -> batches
+  absl::Status SetupModel();  // config.json -> model, optimizer
   absl::Status Restore();
   absl::StatusOr<int64_t> ChooseCheckpoint();  // rank 0's choice, broadcast; -1: none
   absl::Status RestoreDataPosition(const CheckpointState& saved);

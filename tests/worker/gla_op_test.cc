@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
 #include "worker/ops/gla.h"
 
 namespace flame::worker::ops {
@@ -50,6 +52,10 @@ struct Case {
   bool with_state;
 };
 
+void PrintTo(const Case& c, std::ostream* out) {
+  *out << "T=" << c.T << " normalizer=" << c.normalizer << (c.with_state ? " with state" : "");
+}
+
 class ChunkGlaMatchesNaive : public ::testing::TestWithParam<Case> {};
 
 TEST_P(ChunkGlaMatchesNaive, InOutputsFinalStatesAndGradients) {
@@ -82,13 +88,18 @@ TEST_P(ChunkGlaMatchesNaive, InOutputsFinalStatesAndGradients) {
 
 INSTANTIATE_TEST_SUITE_P(
     LengthsAndDecays, ChunkGlaMatchesNaive,
-    ::testing::Values(Case{1, 1.0, false},     // a single token
-                      Case{17, 1.0, true},     // shorter than a sub-chunk row block
-                      Case{64, 16.0, false},   // exactly one chunk, weak decay
-                      Case{100, 0.05, true},   // strong decay: gates around -14 per step
-                      Case{150, 16.0, true},   // three chunks, the last one partial
-                      Case{129, 0.01, false})  // extreme decay: exp(-70) per step
-);
+    ::testing::Values(Case{1, 1.0, false},      // a single token
+                      Case{17, 1.0, true},      // shorter than a sub-chunk row block
+                      Case{64, 16.0, false},    // exactly one chunk, weak decay
+                      Case{100, 0.05, true},    // strong decay: gates around -14 per step
+                      Case{150, 16.0, true},    // three chunks, the last one partial
+                      Case{129, 0.01, false}),  // extreme decay: exp(-70) per step
+    [](const ::testing::TestParamInfo<Case>& info) {
+      const Case& c = info.param;
+      return absl::StrCat("T", c.T, "_Normalizer",
+                          absl::StrReplaceAll(absl::StrCat(c.normalizer), {{".", "p"}}),
+                          c.with_state ? "_WithState" : "");
+    });
 
 TEST(ChunkGla, KeepsGradientsFiniteUnderDecaysThatUnderflow) {
   // Cumulative gates of -5000 inside one chunk: a naive exp(γ_i - γ_j) for j > i would be inf.
