@@ -19,6 +19,7 @@ bin=build/release/bin
 data_dir=${FLAME_DATA_DIR:-${XDG_STATE_HOME:-$HOME/.local/state}/flame}
 export FLAME_DATA_DIR=$data_dir
 
+flamed_pid=""
 if ! "$bin/flamectl" list >/dev/null 2>&1; then
   mkdir -p "$data_dir"
   echo "demo: starting flamed (data in $data_dir, log in $data_dir/flamed.log)"
@@ -48,5 +49,7 @@ print("checkpoints:", ckpts[-1]["path"] if ckpts else "none", f"({len(ckpts)} co
 print("logs:       ", job.get("job_dir", "?") + "/logs")'
 metrics=$(sed -n 's/^metrics=//p' "$data_dir/flamed.addr")
 echo "metrics:     http://$metrics/metrics   (e.g. curl -s http://$metrics/metrics | grep $job_id)"
-echo "flamed keeps running; stop it with: pkill -TERM -x flamed"
+if [ -n "$flamed_pid" ]; then
+  echo "flamed keeps running (pid $flamed_pid); stop it with: kill $flamed_pid"
+fi
 exit $watch_rc
