@@ -1,0 +1,32 @@
+// chunk_gated_delta_rule (with the Gated DeltaNet layer's in-kernel gate, beta sigmoid and q/k
+// l2norm) on the GPU against the fp32 naive recurrence: outputs and all gradients (dq, dk, dv,
+// db, da, dA_log, ddt_bias, dh0) over T not a multiple of 64, varlen batches with odd lengths,
+// weak to strong decays (exp(A_log) from 0.01 to 100) and head dims 64-256. Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include "tests/kernels/delta_rule_gpu_runner.h"
+
+namespace flame::kernels::chunk_testing {
+namespace {
+
+class ChunkGatedDeltaRule : public ::testing::TestWithParam<DeltaCase> {};
+
+TEST_P(ChunkGatedDeltaRule, MatchesNaiveRecurrenceForwardAndBackward) {
+  if (!HasGpu()) GTEST_SKIP() << "no CUDA device";
+  RunDeltaCaseOnGpu(GetParam());
+}
+
+const std::vector<int32_t> kOddLengths = {0, 1, 64, 129, 200, 263};  // 1, 63, 65, 71, 63
+
+INSTANTIATE_TEST_SUITE_P(
+    Grid, ChunkGatedDeltaRule,
+    ::testing::Values(DeltaCase{true, 2, 100, 2, 64, 64, {}, 1.0f, true, true, 41},
+                      DeltaCase{true, 1, 130, 2, 128, 128, {}, 0.01f, true, true, 42},
+                      DeltaCase{true, 2, 77, 1, 256, 256, {}, 10.0f, true, true, 43},
+                      DeltaCase{true, 1, 263, 2, 128, 64, kOddLengths, 0.1f, true, true, 44},
+                      DeltaCase{true, 1, 263, 2, 64, 128, kOddLengths, 1.0f, true, false, 45},
+                      DeltaCase{true, 1, 150, 4, 128, 128, {}, 100.0f, true, true, 46}),
+    [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
+
+}  // namespace
+}  // namespace flame::kernels::chunk_testing
