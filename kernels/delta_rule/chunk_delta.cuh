@@ -1,7 +1,7 @@
 // GPU execution of the chunked delta-rule steps (chunk_delta_pipeline.h): one kernel per step,
-// one thread per unit. Included by kernels/delta_rule/chunk_delta_rule.cu and
-// kernels/gated_delta_rule/chunk_gated_delta_rule.cu; StepKernel is instantiated once per step
-// type (about 15 small kernels shared by both ops: the gated flag is a runtime value).
+// one thread per unit. Included only by kernels/delta_rule/chunk_delta_rule.cu, which serves both
+// ops through chunk_delta_launch.h; StepKernel is instantiated once per step type (16 small
+// kernels; the gated flag is a runtime value).
 #pragma once
 
 #include <cuda_runtime.h>

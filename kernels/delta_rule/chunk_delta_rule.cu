@@ -1,21 +1,38 @@
-// chunk_delta_rule launchers: the shared delta-rule steps without a gate.
+// chunk_delta_rule launchers, and the GPU run of the delta-rule steps that
+// chunk_gated_delta_rule shares (chunk_delta_launch.h).
 #include "kernels/delta_rule/chunk_delta.cuh"
+#include "kernels/delta_rule/chunk_delta_launch.h"
 #include "kernels/delta_rule/chunk_delta_rule.h"
 
 namespace flame::kernels {
+namespace delta_chunk {
+
+size_t DeviceWorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
+  return WorkspaceBytes(params, backward);
+}
+
+cudaError_t DeviceForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
+  DeviceExec exec{stream};
+  return RunForward(params, gated, exec);
+}
+
+cudaError_t DeviceBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
+  DeviceExec exec{stream};
+  return RunBackward(params, gated, exec);
+}
+
+}  // namespace delta_chunk
 
 size_t DeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
-  return delta_chunk::WorkspaceBytes(params, backward);
+  return delta_chunk::DeviceWorkspaceBytes(params, backward);
 }
 
 cudaError_t DeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream) {
-  delta_chunk::DeviceExec exec{stream};
-  return delta_chunk::RunForward(params, /*gated=*/false, exec);
+  return delta_chunk::DeviceForward(params, /*gated=*/false, stream);
 }
 
 cudaError_t DeltaRuleChunkBackward(const ChunkDeltaParams& params, cudaStream_t stream) {
-  delta_chunk::DeviceExec exec{stream};
-  return delta_chunk::RunBackward(params, /*gated=*/false, exec);
+  return delta_chunk::DeviceBackward(params, /*gated=*/false, stream);
 }
 
 }  // namespace flame::kernels

@@ -1,21 +1,20 @@
-// chunk_gated_delta_rule launchers: the shared delta-rule steps with the per-head decay gate.
-#include "kernels/delta_rule/chunk_delta.cuh"
+// chunk_gated_delta_rule launchers: the shared delta-rule steps (compiled in
+// kernels/delta_rule/chunk_delta_rule.cu) with the per-head decay gate.
+#include "kernels/delta_rule/chunk_delta_launch.h"
 #include "kernels/gated_delta_rule/chunk_gated_delta_rule.h"
 
 namespace flame::kernels {
 
 size_t GatedDeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
-  return delta_chunk::WorkspaceBytes(params, backward);
+  return delta_chunk::DeviceWorkspaceBytes(params, backward);
 }
 
 cudaError_t GatedDeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream) {
-  delta_chunk::DeviceExec exec{stream};
-  return delta_chunk::RunForward(params, /*gated=*/true, exec);
+  return delta_chunk::DeviceForward(params, /*gated=*/true, stream);
 }
 
 cudaError_t GatedDeltaRuleChunkBackward(const ChunkDeltaParams& params, cudaStream_t stream) {
-  delta_chunk::DeviceExec exec{stream};
-  return delta_chunk::RunBackward(params, /*gated=*/true, exec);
+  return delta_chunk::DeviceBackward(params, /*gated=*/true, stream);
 }
 
 }  // namespace flame::kernels

@@ -112,6 +112,34 @@ TEST_P(DeltaChunkSteps, MatchNaiveRecurrenceOnTheCpu) {
   }
 }
 
+TEST(DeltaChunkSteps, InvalidParamsAreRejectedBeforeAnyWork) {
+  const DeltaProblem pr(DeltaCase{true, 1, 70, 1, 16, 16, {}, 1.0f, true, false, 8});
+  const auto q = ToBf16(pr.q), k = ToBf16(pr.k), v = ToBf16(pr.v);
+  auto o = Poisoned<__nv_bfloat16>(pr.o.size());
+  DeltaBuffers b{};
+  b.q = q.data(), b.k = k.data(), b.v = v.data(), b.o = o.data();
+  b.beta = pr.beta.data(), b.a = pr.a.data(), b.A_log = pr.A_log.data();
+  b.dt_bias = pr.dt_bias.data();
+  std::vector<float> workspace(1 << 16);
+  const uintptr_t base = reinterpret_cast<uintptr_t>(workspace.data());
+  b.workspace = reinterpret_cast<void*>((base + 255) / 256 * 256);
+  HostExec exec;
+  ChunkDeltaParams p = MakeDeltaParams(pr, b);
+  EXPECT_EQ(delta_chunk::Validate(p, true, false), cudaSuccess) << "the valid baseline";
+  p.workspace = static_cast<char*>(b.workspace) + 4;
+  EXPECT_EQ(delta_chunk::RunForward(p, true, exec), cudaErrorInvalidValue) << "misaligned";
+  p.workspace = nullptr;
+  EXPECT_EQ(delta_chunk::RunForward(p, true, exec), cudaErrorInvalidValue) << "no workspace";
+  p = MakeDeltaParams(pr, b);
+  p.k_dim = kDeltaMaxKDim + 1;
+  EXPECT_EQ(delta_chunk::RunForward(p, true, exec), cudaErrorInvalidValue) << "K > 256";
+  p = MakeDeltaParams(pr, b);
+  p.A_log = nullptr;
+  EXPECT_EQ(delta_chunk::RunForward(p, true, exec), cudaErrorInvalidValue) << "no A_log";
+  p = MakeDeltaParams(pr, b);
+  EXPECT_EQ(delta_chunk::RunBackward(p, true, exec), cudaErrorInvalidValue) << "no gradients";
+}
+
 const std::vector<int32_t> kOddLengths = {0, 1, 64, 129, 200, 263};  // 1, 63, 65, 71, 63
 
 INSTANTIATE_TEST_SUITE_P(
