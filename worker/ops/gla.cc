@@ -1,12 +1,15 @@
-// GLA entry points: argument checks, device dispatch, the naive recurrence, and the varlen split
-// shared by both algorithms. The chunked algorithm itself is in gla_chunk_reference.cc.
+// GLA and simple GLA entry points: argument checks, device dispatch (CUDA tensors to
+// gated_chunk_cuda.cc in FLAME_CUDA builds), the naive recurrence, and the varlen split shared by
+// the algorithms. The chunked algorithm itself is in gla_chunk_reference.cc.
 #include "worker/ops/gla.h"
 
 #include <torch/torch.h>
 
 #include <vector>
 
+#include "worker/ops/cuda_ops.h"
 #include "worker/ops/gla_internal.h"
+#include "worker/ops/simple_gla.h"
 
 namespace flame::worker::ops {
 namespace internal {
@@ -116,8 +119,65 @@ GlaOutput NaiveGla(const torch::Tensor& q, const torch::Tensor& k, const torch::
 GlaOutput ChunkGla(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                    const torch::Tensor& g, double scale, const torch::Tensor& initial_state,
                    bool output_final_state, const torch::Tensor& cu_seqlens) {
-  // The CUDA kernels (kernels/gla) are not wired in yet; the reference runs on any device.
+#ifdef FLAME_WITH_CUDA
+  if (q.is_cuda()) {
+    if (auto out = cuda::ChunkGla(q, k, v, g, scale, initial_state, output_final_state,
+                                  cu_seqlens)) {
+      return *std::move(out);
+    }
+  }
+#endif
   return ChunkGlaReference(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens);
+}
+
+namespace internal {
+
+torch::Tensor SimpleGlaChannelGate(const torch::Tensor& q, const torch::Tensor& g,
+                                   const torch::Tensor& g_gamma) {
+  TORCH_CHECK(q.dim() == 4, "simple GLA: q must be [B, T, H, K], got ", q.sizes());
+  TORCH_CHECK(g.defined() != g_gamma.defined(),
+              "simple GLA: give exactly one of g [B, T, H] and g_gamma [H]");
+  const int64_t B = q.size(0), T = q.size(1), H = q.size(2), K = q.size(3);
+  if (g.defined()) {
+    TORCH_CHECK(g.dim() == 3 && g.size(0) == B && g.size(1) == T && g.size(2) == H,
+                "simple GLA: g must be [B, T, H] = [", B, ", ", T, ", ", H, "], got ", g.sizes());
+    TORCH_CHECK(g.is_floating_point(), "simple GLA: g must be floating point");
+    return g.unsqueeze(-1).expand({B, T, H, K});
+  }
+  TORCH_CHECK(g_gamma.dim() == 1 && g_gamma.size(0) == H,
+              "simple GLA: g_gamma must be [H] = [", H, "], got ", g_gamma.sizes());
+  TORCH_CHECK(g_gamma.is_floating_point(), "simple GLA: g_gamma must be floating point");
+  return g_gamma.detach().view({1, 1, H, 1}).expand({B, T, H, K});
+}
+
+}  // namespace internal
+
+GlaOutput ChunkSimpleGlaReference(const torch::Tensor& q, const torch::Tensor& k,
+                                  const torch::Tensor& v, const torch::Tensor& g,
+                                  const torch::Tensor& g_gamma, double scale,
+                                  const torch::Tensor& initial_state, bool output_final_state,
+                                  const torch::Tensor& cu_seqlens) {
+  // A per-head gate is a per-channel gate that is equal across K: the GLA chunk algorithm takes it
+  // broadcast, and the expand's backward sums dg over K.
+  const torch::Tensor channel_gate = internal::SimpleGlaChannelGate(q, g, g_gamma);
+  return ChunkGlaReference(q, k, v, channel_gate, scale, initial_state, output_final_state,
+                           cu_seqlens);
+}
+
+GlaOutput ChunkSimpleGla(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                         const torch::Tensor& g, const torch::Tensor& g_gamma, double scale,
+                         const torch::Tensor& initial_state, bool output_final_state,
+                         const torch::Tensor& cu_seqlens) {
+#ifdef FLAME_WITH_CUDA
+  if (q.is_cuda()) {
+    if (auto out = cuda::ChunkSimpleGla(q, k, v, g, g_gamma, scale, initial_state,
+                                        output_final_state, cu_seqlens)) {
+      return *std::move(out);
+    }
+  }
+#endif
+  return ChunkSimpleGlaReference(q, k, v, g, g_gamma, scale, initial_state, output_final_state,
+                                 cu_seqlens);
 }
 
 }  // namespace flame::worker::ops

@@ -12,10 +12,12 @@
 //   chunks never cross a sequence boundary and every sequence starts from its own state.
 // The output has v's dtype; the arithmetic is float32 (float64 for float64 inputs).
 //
-// ChunkGla is the one entry point the model calls. It dispatches on the device: the CUDA kernels
-// (kernels/gla, wrapped in a torch::autograd::Function) will plug in here; until then, and always
-// on CPU, it runs the differentiable ATen reference in gla_chunk_reference.cc. NaiveGla is the
-// step-by-step recurrence that tests compare both against.
+// ChunkGla is the one entry point the model calls. It dispatches on the device: CUDA tensors run
+// the kernels of kernels/gla (bf16 q, k, v and fp32 g and states, converted on the way in; K and V
+// multiples of 64) inside a torch::autograd::Function in FLAME_CUDA builds; CPU tensors, and
+// arguments the kernel cannot take (float64, other K or V; a warning says so once), run the
+// differentiable ATen reference in gla_chunk_reference.cc. NaiveGla is the step-by-step
+// recurrence that tests compare both against.
 #pragma once
 
 #include <torch/types.h>

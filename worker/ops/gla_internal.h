@@ -28,4 +28,9 @@ GlaOutput SplitSequences(const DenseGla& dense, const torch::Tensor& q, const to
                          const torch::Tensor& initial_state, bool output_final_state,
                          const torch::Tensor& cu_seqlens);
 
+// Checks simple GLA's gate (g [B, T, H] xor g_gamma [H]) and returns it broadcast to q's
+// [B, T, H, K]: the per-channel gate the GLA reference takes. g_gamma is detached (a constant).
+torch::Tensor SimpleGlaChannelGate(const torch::Tensor& q, const torch::Tensor& g,
+                                   const torch::Tensor& g_gamma);
+
 }  // namespace flame::worker::ops::internal
