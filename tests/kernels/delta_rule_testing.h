@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <ostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,9 @@ inline std::string DeltaCaseName(const DeltaCase& c) {
   s << (c.states ? "_states" : "");
   return s.str();
 }
+
+// GoogleTest prints parameters with this (instead of the struct's bytes).
+inline void PrintTo(const DeltaCase& c, std::ostream* os) { *os << DeltaCaseName(c); }
 
 // Inputs and the fp32 reference's outputs and gradients.
 struct DeltaProblem {
