@@ -73,7 +73,10 @@ struct ChunkDeltaParams {
   float* ddt_bias = nullptr;         // [H], gate_in_kernel only, optional
   float* d_initial_state = nullptr;  // [N,H,K,V], optional
 
-  // Device scratch of at least *WorkspaceBytes(params, backward) bytes.
+  // Only the rows of real tokens are written: with cu_seqlens[N] < T, the slack rows of o, dq,
+  // dk, dv, dbeta and da keep whatever the caller put there (zero them if they are read).
+
+  // Device scratch of at least *WorkspaceBytes(params, backward) bytes, 256-byte aligned.
   void* workspace = nullptr;
 };
 

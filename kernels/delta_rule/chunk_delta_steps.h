@@ -27,10 +27,13 @@
 
 #include "kernels/delta_rule/chunk_delta_params.h"
 
+// Host and device: the same step code runs in the GPU kernels and in the CPU test.
+#ifndef FLAME_HD
 #if defined(__CUDACC__)
 #define FLAME_HD __host__ __device__
 #else
 #define FLAME_HD
+#endif
 #endif
 
 namespace flame::kernels::delta_chunk {

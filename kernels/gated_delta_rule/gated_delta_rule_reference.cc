@@ -75,8 +75,9 @@ void GatedDeltaRuleReferenceForward(const RecurrenceShape& shape,
 }
 
 // The chain rule through the transforms, per token r of head h:
-//   g = -exp(A_log) softplus(x), x = a + dt_bias:  da = dg * -exp(A_log) sigmoid(x) = ddt_bias
-//   contribution, dA_log += dg * g;   beta = sigmoid(b): db = dbeta * beta (1 - beta).
+//   g = -exp(A_log) softplus(x), x = a + dt_bias:  da = -dg exp(A_log) softplus'(x),
+//       ddt_bias[h] += da, dA_log[h] += dg g  (dg/dA_log = g);
+//   beta = sigmoid(b):  db = dbeta beta (1 - beta);  q, k: the l2norm backward.
 template <typename Real>
 void GatedDeltaRuleReferenceBackward(const RecurrenceShape& shape,
                                      const GatedDeltaRuleOptions& options, Real scale,
