@@ -89,8 +89,9 @@ RmsNormOutput RmsNorm(const torch::Tensor& x, const torch::Tensor& residual,
 torch::Tensor CrossEntropyReference(const torch::Tensor& logits, const torch::Tensor& labels,
                                     int64_t ignore_index) {
   const torch::Tensor logp = torch::log_softmax(logits.to(MathType(logits)), -1);
-  const torch::Tensor valid = labels != ignore_index;                        // [N]
-  const torch::Tensor safe = torch::where(valid, labels, torch::zeros_like(labels));
+  const torch::Tensor target = labels.to(logits.device());
+  const torch::Tensor valid = target != ignore_index;                        // [N]
+  const torch::Tensor safe = torch::where(valid, target, torch::zeros_like(target));
   const torch::Tensor nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);  // [N]
   // The mean over valid rows, 0 (not 0/0) when there are none: the kernel's convention.
   const torch::Tensor count = valid.sum().clamp_min(1).to(nll.scalar_type());
