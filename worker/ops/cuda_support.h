@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <initializer_list>
+#include <optional>
 
 namespace flame::worker::ops::cuda {
 
@@ -61,6 +62,14 @@ inline torch::Tensor DeviceSeqlens(const torch::Tensor& cu_seqlens, const torch:
   if (!cu_seqlens.defined()) return {};
   return Dense(cu_seqlens.to(device), torch::kInt);
 }
+
+// Optional inputs of an autograd Function: torch 2.11 rejects an undefined at::Tensor among the
+// inputs ("tensor does not have a device"), but takes an empty std::optional<at::Tensor>.
+using OptionalTensor = std::optional<torch::Tensor>;
+inline OptionalTensor Optional(const torch::Tensor& t) {
+  return t.defined() ? OptionalTensor(t) : std::nullopt;
+}
+inline torch::Tensor Value(const OptionalTensor& t) { return t.value_or(torch::Tensor()); }
 
 inline int32_t* IntPtr(const torch::Tensor& t) {
   return t.defined() ? t.data_ptr<int32_t>() : nullptr;

@@ -71,10 +71,12 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
   // Returns {o bf16 [B,T,H,V], final state fp32 [N,H,K,V] (or [0] when not requested)}.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& q,
                                const torch::Tensor& k, const torch::Tensor& v,
-                               const torch::Tensor& g, const torch::Tensor& g_gamma,
-                               const torch::Tensor& h0, const torch::Tensor& cu_seqlens,
-                               const torch::Tensor& chunk_offsets, int64_t total_chunks,
+                               const OptionalTensor& g_in, const OptionalTensor& g_gamma_in,
+                               const OptionalTensor& h0_in, const OptionalTensor& cu_seqlens_in,
+                               const OptionalTensor& chunk_offsets_in, int64_t total_chunks,
                                double scale, bool channel_gate, bool output_final_state) {
+    const torch::Tensor g = Value(g_in), g_gamma = Value(g_gamma_in), h0 = Value(h0_in);
+    const torch::Tensor cu_seqlens = Value(cu_seqlens_in), chunk_offsets = Value(chunk_offsets_in);
     const c10::cuda::CUDAGuard guard(q.device());
     kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, cu_seqlens, chunk_offsets,
                                              total_chunks, scale, channel_gate);
@@ -178,9 +180,10 @@ GlaOutput Run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tenso
     offsets = DeviceSeqlens(torch::tensor(chunk_offsets, torch::kInt), q.device());
   }
   const variable_list out = GatedChunkFunction::apply(
-      bf16(q), bf16(k), bf16(v), fp32(g), fp32(g_gamma.defined() ? g_gamma.detach() : g_gamma),
-      fp32(initial_state), seqlens, offsets, total_chunks, scale, channel_gate,
-      output_final_state);
+      bf16(q), bf16(k), bf16(v), Optional(fp32(g)),
+      Optional(fp32(g_gamma.defined() ? g_gamma.detach() : g_gamma)),
+      Optional(fp32(initial_state)), Optional(seqlens), Optional(offsets), total_chunks, scale,
+      channel_gate, output_final_state);
   GlaOutput result;
   result.output = out[0].to(v.scalar_type());
   if (output_final_state) result.final_state = out[1];

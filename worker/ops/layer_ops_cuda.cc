@@ -76,8 +76,10 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   // x, residual, gate [R, D]; weight [D]; residual, weight, gate may be undefined.
   // Returns {y [R, D], h = x + residual [R, D] (or [0] without a residual)}.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& residual, const torch::Tensor& weight,
-                               const torch::Tensor& gate, double eps) {
+                               const OptionalTensor& residual_in, const OptionalTensor& weight_in,
+                               const OptionalTensor& gate_in, double eps) {
+    const torch::Tensor residual = Value(residual_in), weight = Value(weight_in),
+                        gate = Value(gate_in);
     const c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor xb = Bf16(x);
     const torch::Tensor rb = residual.defined() ? Bf16(residual) : torch::Tensor();
@@ -246,8 +248,9 @@ class ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
   // x [B, T, D]; weight [D, W] or [D, 1, W]; bias [D] or undefined; cu_seqlens device int32
   // [N + 1] or undefined. Returns {y [B, T, D]}.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& weight, const torch::Tensor& bias,
-                               const torch::Tensor& cu_seqlens, bool silu) {
+                               const torch::Tensor& weight, const OptionalTensor& bias_in,
+                               const OptionalTensor& cu_seqlens_in, bool silu) {
+    const torch::Tensor bias = Value(bias_in), cu_seqlens = Value(cu_seqlens_in);
     const c10::cuda::CUDAGuard guard(x.device());
     const int64_t D = x.size(2), W = weight.size(-1);
     const torch::Tensor xb = Bf16(x), wb = Bf16(weight.reshape({D, W}));
@@ -375,8 +378,9 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
  public:
   // x [B, T, H, D]; cu_seqlens device int32 [N + 1] or undefined. Returns {y [B, T, H, D]}.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const torch::Tensor& cu_seqlens, int64_t rotary_dim, double base,
-                               int64_t position_offset) {
+                               const OptionalTensor& cu_seqlens_in, int64_t rotary_dim,
+                               double base, int64_t position_offset) {
+    const torch::Tensor cu_seqlens = Value(cu_seqlens_in);
     const c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor xb = Bf16(x);
     const torch::Tensor y = torch::empty_like(xb);
@@ -462,7 +466,8 @@ std::optional<RmsNormOutput> RmsNorm(const torch::Tensor& x, const torch::Tensor
   CheckDevice("RmsNorm", x.device(), {residual, weight, gate});
   FLAME_OPS_FALLBACK_IF("RmsNorm", NormUnsupported(x));
   const variable_list out =
-      RmsNormFunction::apply(Rows(x), RowsOrNone(residual), weight, RowsOrNone(gate), eps);
+      RmsNormFunction::apply(Rows(x), Optional(RowsOrNone(residual)), Optional(weight),
+                             Optional(RowsOrNone(gate)), eps);
   RmsNormOutput result;
   result.y = out[0].view(x.sizes());
   if (residual.defined()) result.residual_out = out[1].view(x.sizes());
@@ -499,7 +504,8 @@ std::optional<torch::Tensor> ShortConv(const torch::Tensor& x, const torch::Tens
   FLAME_OPS_FALLBACK_IF("ShortConv", W < 1 || W > kernels::kMaxShortConvWidth
                                          ? std::optional<std::string>("a kernel wider than 4")
                                          : std::nullopt);
-  return ShortConvFunction::apply(x, weight, bias, DeviceSeqlens(cu_seqlens, x.device()), silu)[0];
+  return ShortConvFunction::apply(x, weight, Optional(bias),
+                                  Optional(DeviceSeqlens(cu_seqlens, x.device())), silu)[0];
 }
 
 std::optional<torch::Tensor> L2Norm(const torch::Tensor& x, double eps) {
@@ -514,8 +520,8 @@ std::optional<torch::Tensor> Rotary(const torch::Tensor& x, const RotaryOptions&
   FLAME_OPS_FALLBACK_IF("Rotary", R % 16 != 0 ? std::optional<std::string>(
                                                     "a rotary_dim that is not a multiple of 16")
                                               : std::nullopt);
-  return RotaryFunction::apply(x, DeviceSeqlens(cu_seqlens, x.device()), R, options.base,
-                               options.position_offset)[0];
+  return RotaryFunction::apply(x, Optional(DeviceSeqlens(cu_seqlens, x.device())), R,
+                               options.base, options.position_offset)[0];
 }
 
 std::optional<torch::Tensor> SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
