@@ -41,7 +41,7 @@ std::vector<float> RoundedToBf16(const std::vector<float>& x) { return ToFloat(T
 template <typename T>
 std::vector<T> Poisoned(size_t n) {
   std::vector<T> out(n);
-  std::memset(static_cast<void*>(out.data()), 0xff, n * sizeof(T));
+  if (n > 0) std::memset(static_cast<void*>(out.data()), 0xff, n * sizeof(T));
   return out;
 }
 
