@@ -9,8 +9,9 @@
 //   GradZ, GradA    Z = dT T^T, dA = strict_tril(-T^T Z)
 //   RowGrads        dq, dk, dv, dbeta and dG of every row (gathering the terms that other rows'
 //                   products send to it), then the l2norm and sigmoid backward
-//   GateGrads       dg = reverse chunk-local cumsum of dG; da through the in-kernel gate
-//   HeadGrads       dA_log = sum dg g, ddt_bias = sum da over the head's tokens
+//   GateGrads       dg = reverse chunk-local cumsum of dG; da through the in-kernel gate; the
+//                   chunk's sums of dg g and da
+//   HeadGrads       dA_log = sum dg g, ddt_bias = sum da over the head's chunks
 #pragma once
 
 #include "kernels/delta_rule/chunk_delta_steps.h"
@@ -297,11 +298,10 @@ struct GateGrads : StepBase {
   FLAME_HD void operator()(int64_t u) const {
     const int h = static_cast<int>(u % p.heads);
     const Chunk c = LocateChunk(p, static_cast<int>(u / p.heads));
-    float acc = 0.0f;
+    float acc = 0.0f, sum_dg_g = 0.0f, sum_da = 0.0f;
     for (int i = c.rows - 1; i >= 0; --i) {
       const int64_t ri = (c.row + i) * p.heads + h;
-      acc += s.dG[ri];
-      s.dg[ri] = acc;
+      acc += s.dG[ri];  // dg of row i
       const int64_t si = In(p.scalar_strides, c.batch, c.t0 + i, h);
       float da = acc;
       if (p.gate_in_kernel) {
@@ -309,24 +309,25 @@ struct GateGrads : StepBase {
         da = -acc * expf(p.A_log[h]) * (x > kSoftplusThreshold ? 1.0f : Sigmoid(x));
       }
       p.da[si] = da;
+      sum_dg_g += acc * s.g[ri];
+      sum_da += da;
     }
+    s.gate_sums[u * 2] = sum_dg_g;
+    s.gate_sums[u * 2 + 1] = sum_da;
   }
 };
 
 // Unit = head, gate_in_kernel only: dA_log = sum dg g and ddt_bias = sum da over every token of
-// the head, in a fixed order (deterministic).
+// the head, from GateGrads' per-chunk sums in chunk order (deterministic, no atomics).
 struct HeadGrads : StepBase {
   FLAME_HD int64_t Units() const { return p.heads; }
   FLAME_HD void operator()(int64_t u) const {
     const int h = static_cast<int>(u);
     float d_alog = 0.0f, d_dt = 0.0f;
-    for (int n = 0; n < NumSeqs(p); ++n) {
-      const Seq seq = LocateSeq(p, n);
-      for (int t = seq.bos; t < seq.bos + seq.len; ++t) {
-        const int64_t ri = (int64_t{seq.batch} * p.seq_len + t) * p.heads + h;
-        d_alog += s.dg[ri] * s.g[ri];
-        d_dt += p.da[In(p.scalar_strides, seq.batch, t, h)];
-      }
+    for (int chunk = 0; chunk < TotalChunks(p); ++chunk) {
+      const int64_t x = (int64_t{chunk} * p.heads + h) * 2;
+      d_alog += s.gate_sums[x];
+      d_dt += s.gate_sums[x + 1];
     }
     if (p.dA_log) p.dA_log[h] = d_alog;
     if (p.ddt_bias) p.ddt_bias[h] = d_dt;

@@ -60,19 +60,19 @@ struct Scratch {
   float* Ut;  // [R,H,V]  the new values U - W S
   float* S;   // state entering each chunk
   // backward
-  float* dS;   // gradient of the state leaving each chunk
-  float* dUt;  // [R,H,V]
-  float* dW;   // [R,H,K]
-  float* dKd;  // [R,H,K]  gradient of the decayed keys of the state update
-  float* SdO;  // [R,H,K]  S dO
-  float* dM;   // chunk matrix
-  float* dT;   // chunk matrix
-  float* Z;    // chunk matrix: dT T^T
-  float* dA;   // chunk matrix: -T^T dT T^T, strictly lower
-  float* dX;   // [R,H,K]  gradient of diag(beta gamma) K
-  float* dY;   // [R,H,V]  gradient of diag(beta) V
-  float* dG;   // [R,H]
-  float* dg;   // [R,H]
+  float* dS;         // gradient of the state leaving each chunk
+  float* dUt;        // [R,H,V]
+  float* dW;         // [R,H,K]
+  float* dKd;        // [R,H,K]  gradient of the decayed keys of the state update
+  float* SdO;        // [R,H,K]  S dO
+  float* dM;         // chunk matrix
+  float* dT;         // chunk matrix
+  float* Z;          // chunk matrix: dT T^T
+  float* dA;         // chunk matrix: -T^T dT T^T, strictly lower
+  float* dX;         // [R,H,K]  gradient of diag(beta gamma) K
+  float* dY;         // [R,H,V]  gradient of diag(beta) V
+  float* dG;         // [R,H]
+  float* gate_sums;  // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -201,7 +201,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   if (backward) {
     take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
     take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dT, mat), take(&x.Z, mat), take(&x.dA, mat);
-    take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.dg, R);
+    take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.gate_sums, C * 2);
   }
   return used;
 }
