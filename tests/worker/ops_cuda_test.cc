@@ -105,9 +105,9 @@ void PrintTo(const GatedCase& c, std::ostream* out) {
 }
 
 const std::vector<GatedCase> kGatedCases = {
-    {2, 100, 2, 64, 64, {}, 1.0, true},             // T not a multiple of 64
+    {2, 100, 2, 64, 64, {}, 1.0, true},                   // T not a multiple of 64
     {1, 171, 2, 128, 64, {0, 37, 100, 171}, 0.05, true},  // varlen, odd lengths, strong decay
-    {1, 128, 1, 256, 128, {}, 10.0, false},         // weak decay, K = 256
+    {1, 128, 1, 256, 128, {}, 10.0, false},               // weak decay, K = 256
 };
 
 class ChunkGlaCuda : public ::testing::TestWithParam<GatedCase> {};
@@ -126,14 +126,14 @@ TEST_P(ChunkGlaCuda, OutputsAndGradientsMatchTheReference) {
   const torch::Tensor cu = c.cu_seqlens.empty() ? torch::Tensor() : torch::tensor(c.cu_seqlens);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.K));
   const bool states = c.states;
-  ExpectGpuMatchesReference(
-      inputs,
-      [&](const std::vector<torch::Tensor>& x) {
-        const GlaOutput out =
-            ChunkGla(x[0], x[1], x[2], x[3], scale, states ? x[4] : torch::Tensor(), true, cu);
-        return std::vector<torch::Tensor>{out.output, out.final_state};
-      },
-      {"o", "final_state"});
+  ExpectGpuMatchesReference(inputs,
+                            [&](const std::vector<torch::Tensor>& x) {
+                              const GlaOutput out =
+                                  ChunkGla(x[0], x[1], x[2], x[3], scale,
+                                           states ? x[4] : torch::Tensor(), true, cu);
+                              return std::vector<torch::Tensor>{out.output, out.final_state};
+                            },
+                            {"o", "final_state"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ChunkGlaCuda, ::testing::ValuesIn(kGatedCases));
@@ -154,14 +154,14 @@ TEST_P(ChunkSimpleGlaCuda, OutputsAndGradientsMatchTheReference) {
   const torch::Tensor cu = c.cu_seqlens.empty() ? torch::Tensor() : torch::tensor(c.cu_seqlens);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.K));
   const bool states = c.states;
-  ExpectGpuMatchesReference(
-      inputs,
-      [&](const std::vector<torch::Tensor>& x) {
-        const GlaOutput out = ChunkSimpleGla(x[0], x[1], x[2], x[3], {}, scale,
-                                             states ? x[4] : torch::Tensor(), true, cu);
-        return std::vector<torch::Tensor>{out.output, out.final_state};
-      },
-      {"o", "final_state"});
+  ExpectGpuMatchesReference(inputs,
+                            [&](const std::vector<torch::Tensor>& x) {
+                              const GlaOutput out =
+                                  ChunkSimpleGla(x[0], x[1], x[2], x[3], {}, scale,
+                                                 states ? x[4] : torch::Tensor(), true, cu);
+                              return std::vector<torch::Tensor>{out.output, out.final_state};
+                            },
+                            {"o", "final_state"});
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ChunkSimpleGlaCuda, ::testing::ValuesIn(kGatedCases));
@@ -178,9 +178,8 @@ TEST(ChunkSimpleGlaCuda, RetentionDecayMatchesTheReference) {
   ExpectGpuMatchesReference(
       inputs,
       [&](const std::vector<torch::Tensor>& x) {
-        const torch::Tensor g_gamma = gamma.to(x[0].device(), x[0].scalar_type() == torch::kDouble
-                                                                  ? torch::kDouble
-                                                                  : torch::kFloat);
+        const torch::Tensor g_gamma = gamma.to(
+            x[0].device(), x[0].scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat);
         return std::vector<torch::Tensor>{
             ChunkSimpleGla(x[0], x[1], x[2], {}, g_gamma, 0.125).output};
       },
@@ -196,13 +195,12 @@ TEST(RmsNormCuda, ResidualWeightAndGateMatchTheReference) {
                                Bf16Input("residual", torch::randn({3, 50, 256})),
                                {"weight", torch::rand({256}) + 0.5, torch::kFloat},
                                Bf16Input("gate", torch::randn({3, 50, 256}))};
-  ExpectGpuMatchesReference(
-      inputs,
-      [](const std::vector<torch::Tensor>& x) {
-        const RmsNormOutput out = RmsNorm(x[0], x[1], x[2], x[3], 1e-6);
-        return std::vector<torch::Tensor>{out.y, out.residual_out};
-      },
-      {"y", "residual_out"});
+  ExpectGpuMatchesReference(inputs,
+                            [](const std::vector<torch::Tensor>& x) {
+                              const RmsNormOutput out = RmsNorm(x[0], x[1], x[2], x[3], 1e-6);
+                              return std::vector<torch::Tensor>{out.y, out.residual_out};
+                            },
+                            {"y", "residual_out"});
 }
 
 TEST(RmsNormCuda, PlainNormMatchesTheReference) {
@@ -270,12 +268,11 @@ TEST(ShortConvCuda, DenseWithoutSiluMatchesTheReference) {
   torch::manual_seed(15);
   std::vector<Input> inputs = {Bf16Input("x", torch::randn({3, 33, 128})),
                                Bf16Input("weight", 0.5 * torch::randn({128, 3}))};
-  ExpectGpuMatchesReference(
-      inputs,
-      [&](const std::vector<torch::Tensor>& x) {
-        return std::vector<torch::Tensor>{ShortConv(x[0], x[1], {}, false)};
-      },
-      {"y"});
+  ExpectGpuMatchesReference(inputs,
+                            [&](const std::vector<torch::Tensor>& x) {
+                              return std::vector<torch::Tensor>{ShortConv(x[0], x[1], {}, false)};
+                            },
+                            {"y"});
 }
 
 TEST(L2NormCuda, MatchesTheReference) {
@@ -295,12 +292,11 @@ TEST(RotaryCuda, VarlenPartialRotationMatchesTheReference) {
   std::vector<Input> inputs = {Bf16Input("x", torch::randn({1, 99, 3, 128}))};
   RotaryOptions options;
   options.rotary_dim = 64;
-  ExpectGpuMatchesReference(
-      inputs,
-      [&](const std::vector<torch::Tensor>& x) {
-        return std::vector<torch::Tensor>{Rotary(x[0], options, cu)};
-      },
-      {"y"});
+  ExpectGpuMatchesReference(inputs,
+                            [&](const std::vector<torch::Tensor>& x) {
+                              return std::vector<torch::Tensor>{Rotary(x[0], options, cu)};
+                            },
+                            {"y"});
 }
 
 TEST(RotaryCuda, DenseWithOffsetMatchesTheReference) {
@@ -310,12 +306,11 @@ TEST(RotaryCuda, DenseWithOffsetMatchesTheReference) {
   RotaryOptions options;
   options.position_offset = 7;
   options.base = 500000.0;
-  ExpectGpuMatchesReference(
-      inputs,
-      [&](const std::vector<torch::Tensor>& x) {
-        return std::vector<torch::Tensor>{Rotary(x[0], options)};
-      },
-      {"y"});
+  ExpectGpuMatchesReference(inputs,
+                            [&](const std::vector<torch::Tensor>& x) {
+                              return std::vector<torch::Tensor>{Rotary(x[0], options)};
+                            },
+                            {"y"});
 }
 
 TEST(SwiGluCuda, MatchesTheReference) {
@@ -323,12 +318,11 @@ TEST(SwiGluCuda, MatchesTheReference) {
   torch::manual_seed(19);
   std::vector<Input> inputs = {Bf16Input("gate", torch::randn({5, 31, 264})),
                                Bf16Input("up", torch::randn({5, 31, 264}))};
-  ExpectGpuMatchesReference(
-      inputs,
-      [](const std::vector<torch::Tensor>& x) {
-        return std::vector<torch::Tensor>{SwiGlu(x[0], x[1])};
-      },
-      {"y"});
+  ExpectGpuMatchesReference(inputs,
+                            [](const std::vector<torch::Tensor>& x) {
+                              return std::vector<torch::Tensor>{SwiGlu(x[0], x[1])};
+                            },
+                            {"y"});
 }
 
 // A shape the kernel cannot take runs the reference on the GPU instead of failing.

@@ -29,8 +29,8 @@ TEST(ChunkSimpleGlaReference, EqualsTheRecurrenceWithTheGateBroadcastOverK) {
   const torch::Tensor q = torch::randn({B, T, H, K}, kDouble);
   const torch::Tensor k = torch::randn({B, T, H, K}, kDouble);
   const torch::Tensor v = torch::randn({B, T, H, V}, kDouble);
-  const torch::Tensor g = (torch::log_sigmoid(torch::randn({B, T, H}, kDouble)) / 4)
-                              .requires_grad_();
+  const torch::Tensor g =
+      (torch::log_sigmoid(torch::randn({B, T, H}, kDouble)) / 4).requires_grad_();
   const torch::Tensor cu = torch::tensor(std::vector<int64_t>{0, 21, 90});
   const torch::Tensor h0 = torch::randn({2, H, K, V}, kDouble);
   const GlaOutput chunk = ChunkSimpleGla(q, k, v, g, {}, 0.5, h0, true, cu);
@@ -83,7 +83,8 @@ TEST(CrossEntropyReference, MatchesTorchAndIgnoresLabels) {
   const torch::Tensor expected = torch::nn::functional::cross_entropy(
       logits, labels, torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
   ExpectNear(CrossEntropy(logits, labels), expected, 1e-12, "loss");
-  const torch::Tensor hidden = torch::randn({6, 4}, kDouble), weight = torch::randn({10, 4}, kDouble);
+  const torch::Tensor hidden = torch::randn({6, 4}, kDouble),
+                      weight = torch::randn({10, 4}, kDouble);
   ExpectNear(LinearCrossEntropy(hidden, weight, labels),
              CrossEntropy(torch::matmul(hidden, weight.t()), labels), 1e-12, "linear loss");
 }

@@ -27,8 +27,8 @@ std::optional<GlaOutput> ChunkGla(const torch::Tensor& q, const torch::Tensor& k
 std::optional<GlaOutput> ChunkSimpleGla(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& g,
                                         const torch::Tensor& g_gamma, double scale,
-                                        const torch::Tensor& initial_state,
-                                        bool output_final_state, const torch::Tensor& cu_seqlens);
+                                        const torch::Tensor& initial_state, bool output_final_state,
+                                        const torch::Tensor& cu_seqlens);
 
 std::optional<RmsNormOutput> RmsNorm(const torch::Tensor& x, const torch::Tensor& residual,
                                      const torch::Tensor& weight, const torch::Tensor& gate,

@@ -69,10 +69,10 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
   // undefined with g_gamma fp32 [H]; h0 fp32 [N,H,K,V] or undefined; cu_seqlens and
   // chunk_offsets int32 [N+1] or undefined. All contiguous, aligned, on one device.
   // Returns {o bf16 [B,T,H,V], final state fp32 [N,H,K,V] (or [0] when not requested)}.
-  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q,
-                               const torch::Tensor& k, const torch::Tensor& v,
-                               const OptionalTensor& g_in, const OptionalTensor& g_gamma_in,
-                               const OptionalTensor& h0_in, const OptionalTensor& cu_seqlens_in,
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const OptionalTensor& g_in,
+                               const OptionalTensor& g_gamma_in, const OptionalTensor& h0_in,
+                               const OptionalTensor& cu_seqlens_in,
                                const OptionalTensor& chunk_offsets_in, int64_t total_chunks,
                                double scale, bool channel_gate, bool output_final_state) {
     const torch::Tensor g = Value(g_in), g_gamma = Value(g_gamma_in), h0 = Value(h0_in);
@@ -83,9 +83,9 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     const int64_t N = cu_seqlens.defined() ? cu_seqlens.size(0) - 1 : q.size(0);
     const torch::Tensor o = torch::empty(v.sizes(), v.options());
     const torch::Tensor final_state =
-        output_final_state ? torch::empty({N, q.size(2), q.size(3), v.size(3)},
-                                          q.options().dtype(torch::kFloat))
-                           : torch::empty({0}, q.options().dtype(torch::kFloat));
+        output_final_state
+            ? torch::empty({N, q.size(2), q.size(3), v.size(3)}, q.options().dtype(torch::kFloat))
+            : torch::empty({0}, q.options().dtype(torch::kFloat));
     p.o = Bf16Ptr(o);
     p.final_state = output_final_state ? Fp32Ptr(final_state) : nullptr;
     const size_t bytes = channel_gate ? kernels::GlaChunkWorkspaceBytes(p, false)
@@ -111,15 +111,13 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
                         &g_gamma = saved[4], &h0 = saved[5];
     const bool channel_gate = ctx->saved_data["channel_gate"].toBool();
     const c10::cuda::CUDAGuard guard(q.device());
-    kernels::ChunkGatedParams p =
-        MakeParams(q, k, v, g, g_gamma, h0, saved[6], saved[7],
-                   ctx->saved_data["total_chunks"].toInt(), ctx->saved_data["scale"].toDouble(),
-                   channel_gate);
+    kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, saved[6], saved[7],
+                                             ctx->saved_data["total_chunks"].toInt(),
+                                             ctx->saved_data["scale"].toDouble(), channel_gate);
     // An output nobody used has an undefined gradient: zeros for o, "none" for the final state.
     const torch::Tensor d_o = grads[0].defined() ? Bf16(grads[0]) : torch::zeros_like(v);
-    const torch::Tensor d_final = grads[1].defined() && grads[1].numel() > 0
-                                      ? Fp32(grads[1])
-                                      : torch::Tensor();
+    const torch::Tensor d_final =
+        grads[1].defined() && grads[1].numel() > 0 ? Fp32(grads[1]) : torch::Tensor();
     const torch::Tensor dq = torch::empty_like(q), dk = torch::empty_like(k),
                         dv = torch::empty_like(v);
     const torch::Tensor dg = g.defined() ? torch::empty_like(g) : torch::Tensor();
@@ -181,9 +179,8 @@ GlaOutput Run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tenso
   }
   const variable_list out = GatedChunkFunction::apply(
       bf16(q), bf16(k), bf16(v), Optional(fp32(g)),
-      Optional(fp32(g_gamma.defined() ? g_gamma.detach() : g_gamma)),
-      Optional(fp32(initial_state)), Optional(seqlens), Optional(offsets), total_chunks, scale,
-      channel_gate, output_final_state);
+      Optional(fp32(g_gamma.defined() ? g_gamma.detach() : g_gamma)), Optional(fp32(initial_state)),
+      Optional(seqlens), Optional(offsets), total_chunks, scale, channel_gate, output_final_state);
   GlaOutput result;
   result.output = out[0].to(v.scalar_type());
   if (output_final_state) result.final_state = out[1];
@@ -208,8 +205,8 @@ std::optional<GlaOutput> ChunkGla(const torch::Tensor& q, const torch::Tensor& k
 std::optional<GlaOutput> ChunkSimpleGla(const torch::Tensor& q, const torch::Tensor& k,
                                         const torch::Tensor& v, const torch::Tensor& g,
                                         const torch::Tensor& g_gamma, double scale,
-                                        const torch::Tensor& initial_state,
-                                        bool output_final_state, const torch::Tensor& cu_seqlens) {
+                                        const torch::Tensor& initial_state, bool output_final_state,
+                                        const torch::Tensor& cu_seqlens) {
   // The broadcast gate is only for the checks (shapes of q, k, v, states, cu_seqlens).
   const torch::Tensor channel_gate = internal::SimpleGlaChannelGate(q, g, g_gamma);
   internal::CheckGlaArguments(q, k, v, channel_gate, initial_state, cu_seqlens);

@@ -121,8 +121,8 @@ GlaOutput ChunkGla(const torch::Tensor& q, const torch::Tensor& k, const torch::
                    bool output_final_state, const torch::Tensor& cu_seqlens) {
 #ifdef FLAME_WITH_CUDA
   if (q.is_cuda()) {
-    if (auto out = cuda::ChunkGla(q, k, v, g, scale, initial_state, output_final_state,
-                                  cu_seqlens)) {
+    if (auto out =
+            cuda::ChunkGla(q, k, v, g, scale, initial_state, output_final_state, cu_seqlens)) {
       return *std::move(out);
     }
   }
@@ -144,8 +144,8 @@ torch::Tensor SimpleGlaChannelGate(const torch::Tensor& q, const torch::Tensor& 
     TORCH_CHECK(g.is_floating_point(), "simple GLA: g must be floating point");
     return g.unsqueeze(-1).expand({B, T, H, K});
   }
-  TORCH_CHECK(g_gamma.dim() == 1 && g_gamma.size(0) == H,
-              "simple GLA: g_gamma must be [H] = [", H, "], got ", g_gamma.sizes());
+  TORCH_CHECK(g_gamma.dim() == 1 && g_gamma.size(0) == H, "simple GLA: g_gamma must be [H] = [", H,
+              "], got ", g_gamma.sizes());
   TORCH_CHECK(g_gamma.is_floating_point(), "simple GLA: g_gamma must be floating point");
   return g_gamma.detach().view({1, 1, H, 1}).expand({B, T, H, K});
 }

@@ -20,8 +20,8 @@ torch::ScalarType MathType(const torch::Tensor& x) {
 torch::Tensor Swish(const torch::Tensor& x) { return x * torch::sigmoid(x); }
 
 // Sequence bounds of cu_seqlens (any integer dtype, any device) on the host, checked.
-std::vector<int64_t> SequenceBounds(const torch::Tensor& cu_seqlens, int64_t batch,
-                                    int64_t tokens, const char* op) {
+std::vector<int64_t> SequenceBounds(const torch::Tensor& cu_seqlens, int64_t batch, int64_t tokens,
+                                    const char* op) {
   TORCH_CHECK(batch == 1, op, ": cu_seqlens needs B == 1 (packed sequences), got B = ", batch);
   TORCH_CHECK(cu_seqlens.dim() == 1 && cu_seqlens.size(0) >= 2, op,
               ": cu_seqlens must be [N + 1] with N >= 1");
@@ -53,8 +53,7 @@ torch::Tensor PerSequence(const torch::Tensor& x, const torch::Tensor& cu_seqlen
 // ---- RMSNorm -------------------------------------------------------------------------------
 
 RmsNormOutput RmsNormReference(const torch::Tensor& x, const torch::Tensor& residual,
-                               const torch::Tensor& weight, const torch::Tensor& gate,
-                               double eps) {
+                               const torch::Tensor& weight, const torch::Tensor& gate, double eps) {
   const torch::ScalarType type = MathType(x);
   torch::Tensor h = x.to(type);
   if (residual.defined()) h = h + residual.to(type);
@@ -90,7 +89,7 @@ torch::Tensor CrossEntropyReference(const torch::Tensor& logits, const torch::Te
                                     int64_t ignore_index) {
   const torch::Tensor logp = torch::log_softmax(logits.to(MathType(logits)), -1);
   const torch::Tensor target = labels.to(logits.device());
-  const torch::Tensor valid = target != ignore_index;                        // [N]
+  const torch::Tensor valid = target != ignore_index;  // [N]
   const torch::Tensor safe = torch::where(valid, target, torch::zeros_like(target));
   const torch::Tensor nll = -logp.gather(1, safe.unsqueeze(1)).squeeze(1);  // [N]
   // The mean over valid rows, 0 (not 0/0) when there are none: the kernel's convention.
@@ -102,9 +101,9 @@ torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& lab
                            int64_t ignore_index, bool inplace_backward) {
   TORCH_CHECK(logits.dim() == 2 && logits.is_floating_point(),
               "CrossEntropy: logits must be floating [N, V], got ", logits.sizes());
-  TORCH_CHECK(labels.dim() == 1 && labels.size(0) == logits.size(0) &&
-                  labels.scalar_type() == torch::kLong,
-              "CrossEntropy: labels must be int64 [N] = [", logits.size(0), "]");
+  TORCH_CHECK(
+      labels.dim() == 1 && labels.size(0) == logits.size(0) && labels.scalar_type() == torch::kLong,
+      "CrossEntropy: labels must be int64 [N] = [", logits.size(0), "]");
 #ifdef FLAME_WITH_CUDA
   if (logits.is_cuda()) {
     if (auto loss = cuda::CrossEntropy(logits, labels, ignore_index, inplace_backward)) {
@@ -115,8 +114,7 @@ torch::Tensor CrossEntropy(const torch::Tensor& logits, const torch::Tensor& lab
   return CrossEntropyReference(logits, labels, ignore_index);
 }
 
-torch::Tensor LinearCrossEntropyReference(const torch::Tensor& hidden,
-                                          const torch::Tensor& weight,
+torch::Tensor LinearCrossEntropyReference(const torch::Tensor& hidden, const torch::Tensor& weight,
                                           const torch::Tensor& labels, int64_t ignore_index) {
   const torch::ScalarType type = MathType(hidden);
   return CrossEntropyReference(torch::matmul(hidden.to(type), weight.to(type).t()), labels,
@@ -130,9 +128,9 @@ torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tenso
   TORCH_CHECK(weight.dim() == 2 && weight.size(1) == hidden.size(1),
               "LinearCrossEntropy: weight must be [V, D] with D = ", hidden.size(1), ", got ",
               weight.sizes());
-  TORCH_CHECK(labels.dim() == 1 && labels.size(0) == hidden.size(0) &&
-                  labels.scalar_type() == torch::kLong,
-              "LinearCrossEntropy: labels must be int64 [N] = [", hidden.size(0), "]");
+  TORCH_CHECK(
+      labels.dim() == 1 && labels.size(0) == hidden.size(0) && labels.scalar_type() == torch::kLong,
+      "LinearCrossEntropy: labels must be int64 [N] = [", hidden.size(0), "]");
 #ifdef FLAME_WITH_CUDA
   if (hidden.is_cuda()) {
     if (auto loss = cuda::LinearCrossEntropy(hidden, weight, labels, ignore_index)) {
@@ -165,13 +163,12 @@ torch::Tensor ShortConvReference(const torch::Tensor& x, const torch::Tensor& we
 
 torch::Tensor ShortConv(const torch::Tensor& x, const torch::Tensor& weight,
                         const torch::Tensor& bias, bool silu, const torch::Tensor& cu_seqlens) {
-  TORCH_CHECK(x.dim() == 3 && x.is_floating_point(), "ShortConv: x must be floating [B, T, D], got ",
-              x.sizes());
+  TORCH_CHECK(x.dim() == 3 && x.is_floating_point(),
+              "ShortConv: x must be floating [B, T, D], got ", x.sizes());
   const int64_t D = x.size(2);
-  TORCH_CHECK((weight.dim() == 2 || (weight.dim() == 3 && weight.size(1) == 1)) &&
-                  weight.size(0) == D,
-              "ShortConv: weight must be [D, W] or [D, 1, W] with D = ", D, ", got ",
-              weight.sizes());
+  TORCH_CHECK(
+      (weight.dim() == 2 || (weight.dim() == 3 && weight.size(1) == 1)) && weight.size(0) == D,
+      "ShortConv: weight must be [D, W] or [D, 1, W] with D = ", D, ", got ", weight.sizes());
   TORCH_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == D),
               "ShortConv: bias must be [D] = [", D, "]");
   if (cu_seqlens.defined()) SequenceBounds(cu_seqlens, x.size(0), x.size(1), "ShortConv");
@@ -228,8 +225,8 @@ torch::Tensor RotaryReference(const torch::Tensor& x, const RotaryOptions& optio
 
 torch::Tensor Rotary(const torch::Tensor& x, const RotaryOptions& options,
                      const torch::Tensor& cu_seqlens) {
-  TORCH_CHECK(x.dim() == 4 && x.is_floating_point(), "Rotary: x must be floating [B, T, H, D], got ",
-              x.sizes());
+  TORCH_CHECK(x.dim() == 4 && x.is_floating_point(),
+              "Rotary: x must be floating [B, T, H, D], got ", x.sizes());
   const int64_t R = options.rotary_dim == 0 ? x.size(3) : options.rotary_dim;
   TORCH_CHECK(R > 0 && R % 2 == 0 && R <= x.size(3), "Rotary: rotary_dim ", R,
               " must be even and at most D = ", x.size(3));

@@ -47,8 +47,7 @@ torch::Tensor CrossEntropyReference(const torch::Tensor& logits, const torch::Te
 // without materialising the [N, V] logits on CUDA (chunks of rows, cuBLAS).
 torch::Tensor LinearCrossEntropy(const torch::Tensor& hidden, const torch::Tensor& weight,
                                  const torch::Tensor& labels, int64_t ignore_index = kIgnoreIndex);
-torch::Tensor LinearCrossEntropyReference(const torch::Tensor& hidden,
-                                          const torch::Tensor& weight,
+torch::Tensor LinearCrossEntropyReference(const torch::Tensor& hidden, const torch::Tensor& weight,
                                           const torch::Tensor& labels,
                                           int64_t ignore_index = kIgnoreIndex);
 

@@ -23,12 +23,12 @@
 
 // Returns nullopt from a CUDA path (the entry point then runs the reference) when `why`, an
 // optional<std::string>, holds a reason; warns once per op.
-#define FLAME_OPS_FALLBACK_IF(op, why)                                          \
-  do {                                                                          \
+#define FLAME_OPS_FALLBACK_IF(op, why)                                         \
+  do {                                                                         \
     if (const std::optional<std::string> reason = (why)) {                     \
       TORCH_WARN_ONCE(op " runs the ATen reference on the GPU for ", *reason); \
-      return std::nullopt;                                                      \
-    }                                                                           \
+      return std::nullopt;                                                     \
+    }                                                                          \
   } while (false)
 
 namespace flame::worker::ops::cuda {
@@ -45,7 +45,8 @@ constexpr int64_t kMaxNormDim = 8192;
 std::optional<std::string> CommonUnsupported(const torch::Tensor& x, int64_t dim) {
   if (x.scalar_type() == torch::kDouble) return "float64 inputs (the kernels compute in bf16)";
   if (x.numel() == 0) return "an empty tensor";
-  if (dim % 8 != 0) return "a feature dimension of " + std::to_string(dim) + " (not a multiple of 8)";
+  if (dim % 8 != 0)
+    return "a feature dimension of " + std::to_string(dim) + " (not a multiple of 8)";
   return std::nullopt;
 }
 
@@ -102,8 +103,8 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     Check(kernels::RmsNormForward(p, at::cuda::getCurrentCUDAStream()), "RmsNormForward");
 
     ctx->save_for_backward({h, wb, gb, rstd});
-    ctx->saved_data["dtypes"] = std::vector<int64_t>{DtypeCode(x), DtypeCode(residual),
-                                                     DtypeCode(weight), DtypeCode(gate)};
+    ctx->saved_data["dtypes"] =
+        std::vector<int64_t>{DtypeCode(x), DtypeCode(residual), DtypeCode(weight), DtypeCode(gate)};
     const torch::Tensor residual_out = residual.defined() ? h.to(x.scalar_type()) : NoOutput(x);
     if (!residual.defined()) ctx->mark_non_differentiable({residual_out});
     return {y.to(x.scalar_type()), residual_out};
@@ -118,9 +119,9 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
         grads[1].defined() && grads[1].numel() > 0 ? Bf16(grads[1]) : torch::Tensor();
     const torch::Tensor dx = torch::empty_like(h);
     const torch::Tensor dgate = gb.defined() ? torch::empty_like(gb) : torch::Tensor();
-    const torch::Tensor dweight =
-        wb.defined() ? torch::empty(wb.sizes(), wb.options().dtype(torch::kFloat))
-                     : torch::Tensor();
+    const torch::Tensor dweight = wb.defined()
+                                      ? torch::empty(wb.sizes(), wb.options().dtype(torch::kFloat))
+                                      : torch::Tensor();
     const int64_t R = h.size(0);
     const int D = static_cast<int>(h.size(1));
     const torch::Tensor workspace =
@@ -141,8 +142,11 @@ class RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
     Check(kernels::RmsNormBackward(p, at::cuda::getCurrentCUDAStream()), "RmsNormBackward");
     // dx is the gradient of both x and the residual (h = x + residual).
     const std::vector<int64_t> dtypes = ctx->saved_data["dtypes"].toIntVector();
-    return {CastTo(dx, dtypes[0]), CastTo(dx, dtypes[1]), CastTo(dweight, dtypes[2]),
-            CastTo(dgate, dtypes[3]), {}};
+    return {CastTo(dx, dtypes[0]),
+            CastTo(dx, dtypes[1]),
+            CastTo(dweight, dtypes[2]),
+            CastTo(dgate, dtypes[3]),
+            {}};
   }
 };
 
@@ -237,7 +241,9 @@ class LinearCrossEntropyFunction : public torch::autograd::Function<LinearCrossE
     const torch::Tensor dhidden = ctx->saved_data["dhidden"].toTensor();
     const torch::Tensor dweight = ctx->saved_data["dweight"].toTensor();
     return {(dhidden * grads[0]).to(dtype("hidden_dtype")),
-            (dweight * grads[0]).to(dtype("weight_dtype")), {}, {}};
+            (dweight * grads[0]).to(dtype("weight_dtype")),
+            {},
+            {}};
   }
 };
 
@@ -309,8 +315,11 @@ class ShortConvFunction : public torch::autograd::Function<ShortConvFunction> {
     Check(kernels::ShortConvBackward(p, at::cuda::getCurrentCUDAStream()), "ShortConvBackward");
     const std::vector<int64_t> dtypes = ctx->saved_data["dtypes"].toIntVector();
     const std::vector<int64_t> weight_shape = ctx->saved_data["weight_shape"].toIntVector();
-    return {CastTo(dx, dtypes[0]), CastTo(dweight.reshape(weight_shape), dtypes[1]),
-            CastTo(dbias, dtypes[2]), {}, {}};
+    return {CastTo(dx, dtypes[0]),
+            CastTo(dweight.reshape(weight_shape), dtypes[1]),
+            CastTo(dbias, dtypes[2]),
+            {},
+            {}};
   }
 };
 
@@ -378,8 +387,8 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
  public:
   // x [B, T, H, D]; cu_seqlens device int32 [N + 1] or undefined. Returns {y [B, T, H, D]}.
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& x,
-                               const OptionalTensor& cu_seqlens_in, int64_t rotary_dim,
-                               double base, int64_t position_offset) {
+                               const OptionalTensor& cu_seqlens_in, int64_t rotary_dim, double base,
+                               int64_t position_offset) {
     const torch::Tensor cu_seqlens = Value(cu_seqlens_in);
     const c10::cuda::CUDAGuard guard(x.device());
     const torch::Tensor xb = Bf16(x);
@@ -408,8 +417,8 @@ class RotaryFunction : public torch::autograd::Function<RotaryFunction> {
                               ctx->saved_data["position_offset"].toInt()),
               at::cuda::getCurrentCUDAStream()),
           "RotaryBackward");
-    return {dx.to(static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt())), {}, {}, {},
-            {}};
+    return {
+        dx.to(static_cast<torch::ScalarType>(ctx->saved_data["dtype"].toInt())), {}, {}, {}, {}};
   }
 };
 
@@ -465,9 +474,8 @@ std::optional<RmsNormOutput> RmsNorm(const torch::Tensor& x, const torch::Tensor
                                      double eps) {
   CheckDevice("RmsNorm", x.device(), {residual, weight, gate});
   FLAME_OPS_FALLBACK_IF("RmsNorm", NormUnsupported(x));
-  const variable_list out =
-      RmsNormFunction::apply(Rows(x), Optional(RowsOrNone(residual)), Optional(weight),
-                             Optional(RowsOrNone(gate)), eps);
+  const variable_list out = RmsNormFunction::apply(
+      Rows(x), Optional(RowsOrNone(residual)), Optional(weight), Optional(RowsOrNone(gate)), eps);
   RmsNormOutput result;
   result.y = out[0].view(x.sizes());
   if (residual.defined()) result.residual_out = out[1].view(x.sizes());
@@ -477,17 +485,16 @@ std::optional<RmsNormOutput> RmsNorm(const torch::Tensor& x, const torch::Tensor
 std::optional<torch::Tensor> CrossEntropy(const torch::Tensor& logits, const torch::Tensor& labels,
                                           int64_t ignore_index, bool inplace_backward) {
   FLAME_OPS_FALLBACK_IF("CrossEntropy", CommonUnsupported(logits, logits.size(1)));
-  FLAME_OPS_FALLBACK_IF("CrossEntropy",
-                        logits.size(1) > INT32_MAX ? std::optional<std::string>("V >= 2^31")
-                                                   : std::nullopt);
+  FLAME_OPS_FALLBACK_IF("CrossEntropy", logits.size(1) > INT32_MAX
+                                            ? std::optional<std::string>("V >= 2^31")
+                                            : std::nullopt);
   const torch::Tensor device_labels = labels.to(logits.device()).contiguous();
   return CrossEntropyFunction::apply(logits, device_labels, ignore_index, inplace_backward)[0];
 }
 
 std::optional<torch::Tensor> LinearCrossEntropy(const torch::Tensor& hidden,
                                                 const torch::Tensor& weight,
-                                                const torch::Tensor& labels,
-                                                int64_t ignore_index) {
+                                                const torch::Tensor& labels, int64_t ignore_index) {
   CheckDevice("LinearCrossEntropy", hidden.device(), {weight});
   FLAME_OPS_FALLBACK_IF("LinearCrossEntropy", CommonUnsupported(hidden, hidden.size(1)));
   FLAME_OPS_FALLBACK_IF("LinearCrossEntropy", CommonUnsupported(weight, weight.size(0)));
@@ -520,8 +527,8 @@ std::optional<torch::Tensor> Rotary(const torch::Tensor& x, const RotaryOptions&
   FLAME_OPS_FALLBACK_IF("Rotary", R % 16 != 0 ? std::optional<std::string>(
                                                     "a rotary_dim that is not a multiple of 16")
                                               : std::nullopt);
-  return RotaryFunction::apply(x, Optional(DeviceSeqlens(cu_seqlens, x.device())), R,
-                               options.base, options.position_offset)[0];
+  return RotaryFunction::apply(x, Optional(DeviceSeqlens(cu_seqlens, x.device())), R, options.base,
+                               options.position_offset)[0];
 }
 
 std::optional<torch::Tensor> SwiGlu(const torch::Tensor& gate, const torch::Tensor& up) {
