@@ -63,12 +63,9 @@ struct StateBackward : StepBase {
 // Unit = (chunk, head, row i): the products of row i with the chunk's states.
 //   dW_i = -S dUt_i,  dKd_i = dS' Ut_i,  SdO_i = S dO_i,  dM_im = scale dO_i . Ut_m (m <= i)
 struct RowTerms : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
-    const int i = static_cast<int>(u % kBT);
-    const int h = static_cast<int>(u / kBT % p.heads);
-    const int chunk = static_cast<int>(u / kBT / p.heads);
-    const Chunk c = LocateChunk(p, chunk);
+    const auto [i, h, chunk, c] = DecodeChunkRow(u);
     const int K = p.k_dim, V = p.v_dim;
     float* dM = s.dM + Mat(p, chunk, h) + i * kBT;
     for (int m = 0; m < kBT; ++m) dM[m] = 0.0f;
@@ -100,12 +97,9 @@ struct RowTerms : StepBase {
 
 // Unit = (chunk, head, row i): dT_im = dW_i . X_m + dUt_i . Y_m for m <= i.
 struct GradT : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
-    const int i = static_cast<int>(u % kBT);
-    const int h = static_cast<int>(u / kBT % p.heads);
-    const int chunk = static_cast<int>(u / kBT / p.heads);
-    const Chunk c = LocateChunk(p, chunk);
+    const auto [i, h, chunk, c] = DecodeChunkRow(u);
     const int K = p.k_dim, V = p.v_dim;
     float* dT = s.dT + Mat(p, chunk, h) + i * kBT;
     for (int m = 0; m < kBT; ++m) dT[m] = 0.0f;
@@ -147,7 +141,7 @@ struct GradXY : StepBase {
 
 // Unit = (chunk, head, row i): Z_ij = sum_b dT_ib T_jb.
 struct GradZ : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
     const int i = static_cast<int>(u % kBT);
     const int64_t base =
@@ -164,7 +158,7 @@ struct GradZ : StepBase {
 
 // Unit = (chunk, head, row i): dA_ij = -sum_{a >= i} T_ai Z_aj for j < i (A is strictly lower).
 struct GradA : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
     const int i = static_cast<int>(u % kBT);
     const int64_t base =
@@ -193,12 +187,9 @@ struct GradA : StepBase {
 //   with P_im = dM_im (q_i.k_m) D_im and Q_ij = dA_ij beta_i (k_i.k_j) D_ij.
 // Then dq, dk go through the l2norm backward and dbeta through the sigmoid.
 struct RowGrads : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
-    const int i = static_cast<int>(u % kBT);
-    const int h = static_cast<int>(u / kBT % p.heads);
-    const int chunk = static_cast<int>(u / kBT / p.heads);
-    const Chunk c = LocateChunk(p, chunk);
+    const auto [i, h, chunk, c] = DecodeChunkRow(u);
     if (i >= c.rows) return;
     const int K = p.k_dim, V = p.v_dim;
     const int64_t ri = (c.row + i) * p.heads + h;

@@ -213,6 +213,18 @@ struct StepBase {
   ChunkDeltaParams p;
   Scratch s;
   bool gated;
+
+  // Steps with one unit per (chunk, head, row i) number them u = (chunk * heads + h) * 64 + i.
+  struct ChunkRow {
+    int i, h, chunk;
+    Chunk c;
+  };
+  FLAME_HD int64_t ChunkRowUnits() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD ChunkRow DecodeChunkRow(int64_t u) const {
+    const int chunk = static_cast<int>(u / kBT / p.heads);
+    return {static_cast<int>(u % kBT), static_cast<int>(u / kBT % p.heads), chunk,
+            LocateChunk(p, chunk)};
+  }
 };
 
 // Unit = (token row, head): qn, kn, beta, g.
@@ -266,12 +278,9 @@ struct GateCumsum : StepBase {
 // Unit = (chunk, head, row i): row i of A and M (rows past the chunk are zero).
 //   A_ij = beta_i (k_i . k_j) D_ij (j < i),   M_ij = (q_i . k_j) D_ij (j <= i)
 struct Scores : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
-    const int i = static_cast<int>(u % kBT);
-    const int h = static_cast<int>(u / kBT % p.heads);
-    const int chunk = static_cast<int>(u / kBT / p.heads);
-    const Chunk c = LocateChunk(p, chunk);
+    const auto [i, h, chunk, c] = DecodeChunkRow(u);
     float* a_row = s.A + Mat(p, chunk, h) + i * kBT;
     float* m_row = s.M + Mat(p, chunk, h) + i * kBT;
     for (int j = 0; j < kBT; ++j) a_row[j] = m_row[j] = 0.0f;
@@ -375,12 +384,9 @@ struct StateForward : StepBase {
 
 // Unit = (chunk, head, row i): o_i = scale [gamma_i q_i^T S + sum_{m<=i} M_im Ut_m].
 struct Output : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads * kBT; }
+  FLAME_HD int64_t Units() const { return ChunkRowUnits(); }
   FLAME_HD void operator()(int64_t u) const {
-    const int i = static_cast<int>(u % kBT);
-    const int h = static_cast<int>(u / kBT % p.heads);
-    const int chunk = static_cast<int>(u / kBT / p.heads);
-    const Chunk c = LocateChunk(p, chunk);
+    const auto [i, h, chunk, c] = DecodeChunkRow(u);
     if (i >= c.rows) return;
     const int K = p.k_dim, V = p.v_dim;
     const int64_t ri = (c.row + i) * p.heads + h;
