@@ -4,30 +4,14 @@
 #include <cstddef>
 #include <cmath>
 
+#include "kernels/common/recurrence_slices.h"
+
 namespace flame::kernels {
 namespace {
 
-// One (sequence, head) slice: token rows [bos, eos) of batch row b.
-struct Slice {
-  int64_t first_row;  // flat token index of the first token (b * T + bos)
-  int len;
-  int seq;
-};
-
-std::vector<Slice> Slices(const RecurrenceShape& s) {
-  std::vector<Slice> out;
-  if (s.cu_seqlens.empty()) {
-    for (int b = 0; b < s.batch; ++b) out.push_back({int64_t{b} * s.seq_len, s.seq_len, b});
-  } else {
-    for (int n = 0; n + 1 < static_cast<int>(s.cu_seqlens.size()); ++n) {
-      out.push_back({s.cu_seqlens[n], s.cu_seqlens[n + 1] - s.cu_seqlens[n], n});
-    }
-  }
-  return out;
-}
-
-// Offsets of token row `row`, head h, in a [*, H, D] tensor.
-inline int64_t At(int64_t row, int h, int heads, int dim) { return (row * heads + h) * dim; }
+using reference::At;
+using reference::Slice;
+using reference::Slices;
 
 // S <- diag(exp(g)) S + k v^T for one token.
 template <typename Real>
