@@ -262,13 +262,18 @@ def median_ms(fn, warm=5, reps=20):
     return times[len(times) // 2]
 
 
-def ours(binary):
-    out = subprocess.run([binary], capture_output=True, text=True)
-    for line in out.stdout.splitlines():
-        if line.startswith("{"):
+def ours(binary, timeout_s):
+    try:
+        out = subprocess.run([binary], capture_output=True, text=True, timeout=timeout_s)
+        stdout, rc, stderr = out.stdout, out.returncode, out.stderr
+    except subprocess.TimeoutExpired as ex:  # keep the cases it finished
+        stdout, rc, stderr = ex.stdout or "", "timeout", f"over {timeout_s:.0f} s"
+        stdout = stdout.decode() if isinstance(stdout, bytes) else stdout
+    for line in stdout.splitlines():
+        if line.startswith("{") and line.endswith("}"):
             print(line, flush=True)
-    if out.returncode != 0:
-        emit(kind="flame_binary_error", rc=out.returncode, stderr=out.stderr[-500:])
+    if rc != 0:
+        emit(kind="flame_binary_error", rc=rc, stderr=str(stderr)[-500:])
 
 
 def time_sdpa(B, T, H, D):
@@ -307,7 +312,7 @@ def run(args):
          triton=__import__("triton").__version__)
     workers = Workers(args.state_dir)
     workers.pause()
-    ours(args.binary)
+    ours(args.binary, max(10.0, args.deadline - time.time() - 60))
     for shape in SHAPES:
         time_sdpa(*shape)
     workers.resume()
