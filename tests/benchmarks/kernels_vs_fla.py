@@ -217,8 +217,8 @@ class Workers:
             base = path[:-4]
             pid = self._pid(base)
             if pid and not os.path.exists(base + ".done") and self._alive(pid):
-                try:
-                    os.kill(pid, sig)
+                try:  # the worker's whole group: it leads its own session, ptxas included
+                    os.killpg(pid, sig)
                 except OSError:
                     pass
 
