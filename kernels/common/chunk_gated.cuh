@@ -31,6 +31,7 @@
 #include <type_traits>
 
 #include "kernels/common/chunk_gated_params.h"
+#include "kernels/common/chunk_seqs.h"
 #include "kernels/common/mma_tile.cuh"
 
 namespace flame::kernels::gated_chunk {
@@ -55,31 +56,11 @@ enum class Gate {
 // ----------------------------------------------------------------------------------------------
 // Indexing
 
-struct Seq {
-  int batch, bos, len, first_chunk, num_chunks;
-};
+using Seq = ChunkSeq;
 
 struct Chunk {
   int seq, batch, t0, rows, index, count, global;
 };
-
-__device__ inline Seq LocateSeq(const ChunkGatedParams& p, int n) {
-  Seq s;
-  if (p.cu_seqlens == nullptr) {
-    s.batch = n;
-    s.bos = 0;
-    s.len = p.seq_len;
-    s.num_chunks = (p.seq_len + kBT - 1) / kBT;
-    s.first_chunk = n * s.num_chunks;
-  } else {
-    s.batch = 0;
-    s.bos = p.cu_seqlens[n];
-    s.len = p.cu_seqlens[n + 1] - s.bos;
-    s.first_chunk = p.chunk_offsets[n];
-    s.num_chunks = p.chunk_offsets[n + 1] - s.first_chunk;
-  }
-  return s;
-}
 
 __device__ inline Chunk MakeChunk(int seq_index, const Seq& s, int index) {
   return {seq_index, s.batch, s.bos + index * kBT, min(kBT, s.len - index * kBT),
@@ -87,18 +68,8 @@ __device__ inline Chunk MakeChunk(int seq_index, const Seq& s, int index) {
 }
 
 __device__ inline Chunk LocateChunk(const ChunkGatedParams& p, int global) {
-  int n;
-  if (p.cu_seqlens == nullptr) {
-    n = global / ((p.seq_len + kBT - 1) / kBT);
-  } else {  // last n with chunk_offsets[n] <= global
-    int lo = 0, hi = p.num_seqs - 1;
-    while (lo < hi) {
-      const int mid = (lo + hi + 1) / 2;
-      if (p.chunk_offsets[mid] <= global) lo = mid; else hi = mid - 1;
-    }
-    n = lo;
-  }
-  const Seq s = LocateSeq(p, n);
+  const int n = SeqOfChunk<kBT>(p, global);
+  const Seq s = LocateSeq<kBT>(p, n);
   return MakeChunk(n, s, global - s.first_chunk);
 }
 
@@ -284,7 +255,7 @@ __global__ void __launch_bounds__(kThreads) StatePassKernel(ChunkGatedParams p, 
   const int v_tiles = p.v_dim / kBK;
   const int k0 = blockIdx.x / v_tiles * kBK, v0 = blockIdx.x % v_tiles * kBK;
   const int h = blockIdx.y, n = blockIdx.z;
-  const Seq seq = LocateSeq(p, n);
+  const Seq seq = LocateSeq<kBT>(p, n);
   const bf16* a_src = kReverse ? p.q : p.k;
   const bf16* b_src = kReverse ? p.d_o : p.v;
   const TensorStrides b_strides = p.v_strides;

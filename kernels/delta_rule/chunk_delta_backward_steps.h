@@ -30,7 +30,7 @@ struct StateBackward : StepBase {
     for (int k = 0; k < K; ++k) {
       col[k] = p.d_final_state ? p.d_final_state[State(p, n, h) + int64_t{k} * V + j] : 0.0f;
     }
-    const Seq seq = LocateSeq(p, n);
+    const Seq seq = LocateSeq<kBT>(p, n);
     for (int ci = seq.num_chunks - 1; ci >= 0; --ci) {
       const Chunk c = MakeChunk(p, seq, ci);
       float* dS = s.dS + State(p, c.global, h);

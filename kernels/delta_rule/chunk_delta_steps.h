@@ -25,6 +25,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/common/chunk_seqs.h"
 #include "kernels/delta_rule/chunk_delta_params.h"
 
 // Host and device: the same step code runs in the GPU kernels and in the CPU test.
@@ -90,9 +91,7 @@ FLAME_HD inline int64_t TokenRows(const ChunkDeltaParams& p) {
   return int64_t{p.batch} * p.seq_len;
 }
 
-struct Seq {
-  int batch, bos, len, first_chunk, num_chunks;
-};
+using Seq = ChunkSeq;
 
 struct Chunk {
   int batch;    // batch row
@@ -101,24 +100,6 @@ struct Chunk {
   int global;   // chunk index over the whole batch
   int64_t row;  // flat token row of the first token: batch * T + t0
 };
-
-FLAME_HD inline Seq LocateSeq(const ChunkDeltaParams& p, int n) {
-  Seq s;
-  if (p.cu_seqlens == nullptr) {
-    s.batch = n;
-    s.bos = 0;
-    s.len = p.seq_len;
-    s.num_chunks = (p.seq_len + kBT - 1) / kBT;
-    s.first_chunk = n * s.num_chunks;
-  } else {
-    s.batch = 0;
-    s.bos = p.cu_seqlens[n];
-    s.len = p.cu_seqlens[n + 1] - s.bos;
-    s.first_chunk = p.chunk_offsets[n];
-    s.num_chunks = p.chunk_offsets[n + 1] - s.first_chunk;
-  }
-  return s;
-}
 
 FLAME_HD inline Chunk MakeChunk(const ChunkDeltaParams& p, const Seq& s, int index) {
   Chunk c;
@@ -130,23 +111,9 @@ FLAME_HD inline Chunk MakeChunk(const ChunkDeltaParams& p, const Seq& s, int ind
   return c;
 }
 
-FLAME_HD inline int SeqOfChunk(const ChunkDeltaParams& p, int global) {
-  if (p.cu_seqlens == nullptr) return global / ((p.seq_len + kBT - 1) / kBT);
-  int lo = 0, hi = p.num_seqs - 1;  // the last n with chunk_offsets[n] <= global
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (p.chunk_offsets[mid] <= global) {
-      lo = mid;
-    } else {
-      hi = mid - 1;
-    }
-  }
-  return lo;
-}
-
 FLAME_HD inline Chunk LocateChunk(const ChunkDeltaParams& p, int global) {
-  const int n = SeqOfChunk(p, global);
-  const Seq s = LocateSeq(p, n);
+  const int n = SeqOfChunk<kBT>(p, global);
+  const Seq s = LocateSeq<kBT>(p, n);
   return MakeChunk(p, s, global - s.first_chunk);
 }
 
@@ -359,7 +326,7 @@ struct StateForward : StepBase {
     for (int k = 0; k < K; ++k) {
       col[k] = p.initial_state ? p.initial_state[State(p, n, h) + int64_t{k} * V + j] : 0.0f;
     }
-    const Seq seq = LocateSeq(p, n);
+    const Seq seq = LocateSeq<kBT>(p, n);
     for (int ci = 0; ci < seq.num_chunks; ++ci) {
       const Chunk c = MakeChunk(p, seq, ci);
       float* S = s.S + State(p, c.global, h);

@@ -1,13 +1,31 @@
-// Times our chunk_simple_gla and chunk_gla launchers at fla's benchmark shapes, forward and
-// forward+backward, and prints one JSON line per (op, shape). A binary, not a test: run it on the
-// GPU host (tests/benchmarks/kernels_vs_fla.py puts it beside fla and SDPA).
+// Times our chunk attention launchers -- chunk_simple_gla, chunk_gla, chunk_delta_rule and
+// chunk_gated_delta_rule -- at fla's benchmark shapes, forward and forward+backward, and prints
+// one JSON line per (op, shape). A binary, not a test: run it on the GPU host
+// (tests/benchmarks/kernels_vs_fla.py puts it beside fla and SDPA).
 //
-// Timing: CUDA events around each repetition, 5 warm-ups, median of 20.
+// Timing: CUDA events around each repetition, median. 5 warm-ups and 20 repetitions, fewer for a
+// slow case: the repetitions are cut so that one measurement takes about FLAME_BENCH_BUDGET_MS
+// (default 1500; at least 3 repetitions), because the delta-rule kernels are still the scalar
+// correctness-first ones and take up to hundreds of milliseconds per call.
+// Inputs follow fla's own benchmarks: bf16 N(0,1) q, k, v, dO; GLA gates logsigmoid(N(0,1))
+// (clamped at -5 for chunk_gla); delta rule: q and k L2-normalised per row, beta = sigmoid(N(0,1)),
+// and for the gated op a per-head log decay g = logsigmoid(N(0,1)), passed as g itself (no
+// in-kernel gate, l2norm or sigmoid, so that both sides run the same op).
+//
 // Counted work, per token and head, C = 64 (the chunk), every C x C block counted in full:
-//   bytes  each input read once, each output written once (bf16 q,k,v,o,do,dq,dk,dv; fp32 g, dg)
-//   flops  forward 2C(K+V) + 4KV (scores, A V, Q h, state update);
-//          backward 6CK + 4CV + 10KV (scores, dO V^T, intra dq/dk, A^T dO, state recompute,
-//          dh, inter dq/dk/dv) -- the matrix products of the chunked algorithm, not a minimum.
+//   bytes  each input read once, each output written once (bf16 q,k,v,o,do,dq,dk,dv; fp32 gates,
+//          beta and their gradients)
+//   GLA flops          forward 2C(K+V) + 4KV (scores, A V, Q h, state update);
+//                      backward 6CK + 4CV + 10KV (scores, dO V^T, intra dq/dk, A^T dO, state
+//                      recompute, dh, inter dq/dk/dv)
+//   delta-rule flops   forward 6CK + 4CV + 6KV + 2C^2/3: K K^T, the triangular inverse (C^3/3
+//                      multiply-adds a chunk), W = T(bK), U = T(bV), W S, K^T Ut, Q S, Q K^T, M Ut;
+//                      backward 16CK + 10CV + 16KV + 4C^2: W, U and the states recomputed, dv
+//                      local (K Q^T, its product with dO), dh (Q^T dO, W^T dv, K dh), dq/dk/dw
+//                      (dO h^T, dO Ut^T, its products with K and Q, Ut dh^T, dv h^T), and the
+//                      WY backward (dW (bK)^T, dU (bV)^T, T^T dT T^T, dA K twice, T^T dW, T^T dU)
+// -- the matrix products of the chunked algorithms as fla organises them, not a minimum; the
+// gated delta rule's decays are elementwise and not counted.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
@@ -15,54 +33,99 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "kernels/delta_rule/chunk_delta_rule.h"
+#include "kernels/gated_delta_rule/chunk_gated_delta_rule.h"
 #include "kernels/gla/chunk_gla.h"
 #include "kernels/simple_gla/chunk_simple_gla.h"
 
 namespace flame::kernels {
 namespace {
 
-#define BENCH_CHECK(expr)                                                               \
-  do {                                                                                  \
-    const cudaError_t err_ = (expr);                                                    \
-    if (err_ != cudaSuccess) {                                                          \
+#define BENCH_CHECK(expr)                                                                          \
+  do {                                                                                             \
+    const cudaError_t err_ = (expr);                                                               \
+    if (err_ != cudaSuccess) {                                                                     \
       std::fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #expr, cudaGetErrorString(err_)); \
-      std::exit(1);                                                                     \
-    }                                                                                   \
+      std::exit(1);                                                                                \
+    }                                                                                              \
   } while (0)
 
 struct Shape {
   int B, T, H, D;
 };
 
+// What one op needs from the harness: its launchers, and its counted work per token and head.
+struct Timed {
+  std::function<cudaError_t()> forward, backward;
+  double fwd_bytes, bwd_bytes, fwd_flops, bwd_flops;  // per token and head
+  size_t workspace_bytes;
+};
+
+// Device buffers of one case, freed together.
+class Buffers {
+ public:
+  ~Buffers() {
+    for (void* p : owned_) cudaFree(p);
+  }
+  template <typename T>
+  T* Alloc(size_t n) {
+    void* p = nullptr;
+    BENCH_CHECK(cudaMalloc(&p, std::max<size_t>(n, 1) * sizeof(T)));
+    owned_.push_back(p);
+    return static_cast<T*>(p);
+  }
+
+ private:
+  std::vector<void*> owned_;
+};
+
 template <typename T>
-T* Alloc(size_t n) {
-  T* p = nullptr;
-  BENCH_CHECK(cudaMalloc(&p, n * sizeof(T)));
-  return p;
+void Upload(T* dst, const std::vector<T>& host) {
+  BENCH_CHECK(cudaMemcpy(dst, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
-void FillBf16(__nv_bfloat16* dst, size_t n, uint32_t seed) {
+// N(0,1) rows of width `dim`, each scaled to unit L2 norm when `l2norm` (the delta rule's q, k).
+void FillBf16(__nv_bfloat16* dst, size_t n, int dim, uint32_t seed, bool l2norm = false) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(n);
+  for (auto& e : x) e = dist(rng);
+  if (l2norm) {
+    for (size_t r = 0; r < n; r += dim) {
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) ss += double{x[r + i]} * x[r + i];
+      const float inv = static_cast<float>(1.0 / std::sqrt(ss + 1e-6));
+      for (int i = 0; i < dim; ++i) x[r + i] *= inv;
+    }
+  }
   std::vector<__nv_bfloat16> host(n);
-  for (auto& x : host) x = __float2bfloat16(dist(rng));
-  BENCH_CHECK(cudaMemcpy(dst, host.data(), n * sizeof(__nv_bfloat16), cudaMemcpyHostToDevice));
+  for (size_t i = 0; i < n; ++i) host[i] = __float2bfloat16(x[i]);
+  Upload(dst, host);
 }
 
-// logsigmoid(N(0,1)), clamped at -5 for GLA as fla's benchmark does.
-void FillGate(float* dst, size_t n, uint32_t seed, bool clamp) {
+// logsigmoid(N(0,1)) (a log decay, clamped at -5 for GLA as fla's benchmark does), or
+// sigmoid(N(0,1)) (beta in (0,1)).
+enum class Dist { kLogSigmoid, kLogSigmoidClamped, kSigmoid };
+
+void FillF32(float* dst, size_t n, uint32_t seed, Dist dist_kind) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> host(n);
   for (auto& x : host) {
-    x = -std::log1p(std::exp(-dist(rng)));
-    if (clamp) x = std::max(x, -5.0f);
+    const float z = dist(rng);
+    if (dist_kind == Dist::kSigmoid) {
+      x = 1.0f / (1.0f + std::exp(-z));
+    } else {
+      x = -std::log1p(std::exp(-z));
+      if (dist_kind == Dist::kLogSigmoidClamped) x = std::max(x, -5.0f);
+    }
   }
-  BENCH_CHECK(cudaMemcpy(dst, host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  Upload(dst, host);
 }
 
 int EnvInt(const char* name, int fallback) {
@@ -70,17 +133,28 @@ int EnvInt(const char* name, int fallback) {
   return value ? std::atoi(value) : fallback;
 }
 
-template <typename Fn>
-double MedianMs(Fn fn, int reps) {
+// Median time of `fn` in ms, or a negative value when a launcher returns an error.
+double MedianMs(const std::function<cudaError_t()>& fn, int max_reps, cudaError_t* err) {
   cudaEvent_t start, stop;
   BENCH_CHECK(cudaEventCreate(&start));
   BENCH_CHECK(cudaEventCreate(&stop));
-  for (int i = 0; i < EnvInt("FLAME_BENCH_WARMUP", 5); ++i) fn();
+  // One untimed call first: it reports an unsupported shape, and its time sizes the run.
+  BENCH_CHECK(cudaEventRecord(start));
+  if ((*err = fn()) != cudaSuccess) return -1;
+  BENCH_CHECK(cudaEventRecord(stop));
+  BENCH_CHECK(cudaEventSynchronize(stop));
+  float first = 0;
+  BENCH_CHECK(cudaEventElapsedTime(&first, start, stop));
+  const double budget = EnvInt("FLAME_BENCH_BUDGET_MS", 1500);
+  const int reps =
+      std::min(max_reps, std::max(3, static_cast<int>(budget / std::max(first, 1e-3f))));
+  const int warmup = first > 50 ? 1 : EnvInt("FLAME_BENCH_WARMUP", 5);
+  for (int i = 0; i < warmup; ++i) BENCH_CHECK(fn());
   BENCH_CHECK(cudaDeviceSynchronize());
   std::vector<float> times;
   for (int i = 0; i < reps; ++i) {
     BENCH_CHECK(cudaEventRecord(start));
-    fn();
+    BENCH_CHECK(fn());
     BENCH_CHECK(cudaEventRecord(stop));
     BENCH_CHECK(cudaEventSynchronize(stop));
     float ms = 0;
@@ -93,88 +167,183 @@ double MedianMs(Fn fn, int reps) {
   return times[times.size() / 2];
 }
 
-void Run(const std::string& op, const Shape& s, int reps) {
+Timed MakeGated(const std::string& op, const Shape& s, Buffers& buf) {
   const bool gla = op == "chunk_gla";
   const size_t rows = static_cast<size_t>(s.B) * s.T * s.H, n = rows * s.D;
   const size_t ng = gla ? n : rows;
-  auto* q = Alloc<__nv_bfloat16>(n);
-  auto* k = Alloc<__nv_bfloat16>(n);
-  auto* v = Alloc<__nv_bfloat16>(n);
-  auto* d_o = Alloc<__nv_bfloat16>(n);
-  auto* o = Alloc<__nv_bfloat16>(n);
-  auto* dq = Alloc<__nv_bfloat16>(n);
-  auto* dk = Alloc<__nv_bfloat16>(n);
-  auto* dv = Alloc<__nv_bfloat16>(n);
-  auto* g = Alloc<float>(ng);
-  auto* dg = Alloc<float>(ng);
-  FillBf16(q, n, 1);
-  FillBf16(k, n, 2);
-  FillBf16(v, n, 3);
-  FillBf16(d_o, n, 4);
-  FillGate(g, ng, 5, gla);
-
   ChunkGatedParams p;
   p.batch = s.B;
   p.seq_len = s.T;
   p.heads = s.H;
   p.k_dim = p.v_dim = s.D;
   p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  auto* q = buf.Alloc<__nv_bfloat16>(n);
+  auto* k = buf.Alloc<__nv_bfloat16>(n);
+  auto* v = buf.Alloc<__nv_bfloat16>(n);
+  auto* d_o = buf.Alloc<__nv_bfloat16>(n);
+  auto* g = buf.Alloc<float>(ng);
+  FillBf16(q, n, s.D, 1);
+  FillBf16(k, n, s.D, 2);
+  FillBf16(v, n, s.D, 3);
+  FillBf16(d_o, n, s.D, 4);
+  FillF32(g, ng, 5, gla ? Dist::kLogSigmoidClamped : Dist::kLogSigmoid);
   p.q = q;
   p.k = k;
   p.v = v;
-  p.qk_strides = p.v_strides = ContiguousStrides(s.T, s.H, s.D);
-  p.g = g;
-  p.g_strides = ContiguousStrides(s.T, s.H, gla ? s.D : 1);
-  p.o = o;
   p.d_o = d_o;
-  p.dq = dq;
-  p.dk = dk;
-  p.dv = dv;
-  p.dg = dg;
-  const size_t ws_bytes = gla ? std::max(GlaChunkWorkspaceBytes(p, true), GlaChunkWorkspaceBytes(p, false))
-                              : std::max(SimpleGlaChunkWorkspaceBytes(p, true),
-                                         SimpleGlaChunkWorkspaceBytes(p, false));
-  p.workspace = Alloc<unsigned char>(ws_bytes);
+  p.g = g;
+  p.qk_strides = p.v_strides = ContiguousStrides(s.T, s.H, s.D);
+  p.g_strides = ContiguousStrides(s.T, s.H, gla ? s.D : 1);
+  p.o = buf.Alloc<__nv_bfloat16>(n);
+  p.dq = buf.Alloc<__nv_bfloat16>(n);
+  p.dk = buf.Alloc<__nv_bfloat16>(n);
+  p.dv = buf.Alloc<__nv_bfloat16>(n);
+  p.dg = buf.Alloc<float>(ng);
+  const size_t ws =
+      gla ? std::max(GlaChunkWorkspaceBytes(p, true), GlaChunkWorkspaceBytes(p, false))
+          : std::max(SimpleGlaChunkWorkspaceBytes(p, true), SimpleGlaChunkWorkspaceBytes(p, false));
+  p.workspace = buf.Alloc<unsigned char>(ws);
 
-  auto forward = [&] { BENCH_CHECK(gla ? GlaChunkForward(p, nullptr) : SimpleGlaChunkForward(p, nullptr)); };
-  auto backward = [&] { BENCH_CHECK(gla ? GlaChunkBackward(p, nullptr) : SimpleGlaChunkBackward(p, nullptr)); };
-  const double fwd = MedianMs(forward, reps);
-  const double fwdbwd = MedianMs([&] { forward(); backward(); }, reps);
-  BENCH_CHECK(cudaDeviceSynchronize());
+  const double C = kGatedChunkSize, K = s.D, V = s.D, gb = gla ? 4.0 * K : 4.0;
+  Timed t;
+  t.forward = [p, gla] {
+    return gla ? GlaChunkForward(p, nullptr) : SimpleGlaChunkForward(p, nullptr);
+  };
+  t.backward = [p, gla] {
+    return gla ? GlaChunkBackward(p, nullptr) : SimpleGlaChunkBackward(p, nullptr);
+  };
+  t.fwd_bytes = 2 * (2 * K + V) + gb + 2 * V;
+  t.bwd_bytes = 2 * (2 * K + 2 * V) + gb + 2 * (2 * K + V) + gb;
+  t.fwd_flops = 2 * C * (K + V) + 4 * K * V;
+  t.bwd_flops = 6 * C * K + 4 * C * V + 10 * K * V;
+  t.workspace_bytes = ws;
+  return t;
+}
 
-  const double C = 64, K = s.D, V = s.D, th = static_cast<double>(rows);
-  const double g_bytes = gla ? 4.0 * K : 4.0;
-  const double fwd_bytes = th * (2 * (2 * K + V) + g_bytes + 2 * V);
-  const double bwd_bytes = th * (2 * (2 * K + 2 * V) + g_bytes + 2 * (2 * K + V) + g_bytes);
-  const double fwd_flops = th * (2 * C * (K + V) + 4 * K * V);
-  const double bwd_flops = th * (6 * C * K + 4 * C * V + 10 * K * V);
+Timed MakeDelta(const std::string& op, const Shape& s, Buffers& buf) {
+  const bool gated = op == "chunk_gated_delta_rule";
+  const size_t rows = static_cast<size_t>(s.B) * s.T * s.H, n = rows * s.D;
+  ChunkDeltaParams p;
+  p.batch = s.B;
+  p.seq_len = s.T;
+  p.heads = s.H;
+  p.k_dim = p.v_dim = s.D;
+  p.scale = 1.0f / std::sqrt(static_cast<float>(s.D));
+  auto* q = buf.Alloc<__nv_bfloat16>(n);
+  auto* k = buf.Alloc<__nv_bfloat16>(n);
+  auto* v = buf.Alloc<__nv_bfloat16>(n);
+  auto* d_o = buf.Alloc<__nv_bfloat16>(n);
+  auto* beta = buf.Alloc<float>(rows);
+  FillBf16(q, n, s.D, 1, /*l2norm=*/true);
+  FillBf16(k, n, s.D, 2, /*l2norm=*/true);
+  FillBf16(v, n, s.D, 3);
+  FillBf16(d_o, n, s.D, 4);
+  FillF32(beta, rows, 6, Dist::kSigmoid);
+  p.q = q;
+  p.k = k;
+  p.v = v;
+  p.d_o = d_o;
+  p.beta = beta;
+  p.qk_strides = p.v_strides = ContiguousStrides(s.T, s.H, s.D);
+  p.scalar_strides = ContiguousStrides(s.T, s.H, 1);
+  if (gated) {
+    auto* a = buf.Alloc<float>(rows);
+    FillF32(a, rows, 5, Dist::kLogSigmoid);
+    p.a = a;  // the log decay g itself: gate_in_kernel stays off
+    p.da = buf.Alloc<float>(rows);
+  }
+  p.o = buf.Alloc<__nv_bfloat16>(n);
+  p.dq = buf.Alloc<__nv_bfloat16>(n);
+  p.dk = buf.Alloc<__nv_bfloat16>(n);
+  p.dv = buf.Alloc<__nv_bfloat16>(n);
+  p.dbeta = buf.Alloc<float>(rows);
+  const size_t ws = gated ? std::max(GatedDeltaRuleChunkWorkspaceBytes(p, true),
+                                     GatedDeltaRuleChunkWorkspaceBytes(p, false))
+                          : std::max(DeltaRuleChunkWorkspaceBytes(p, true),
+                                     DeltaRuleChunkWorkspaceBytes(p, false));
+  p.workspace = buf.Alloc<unsigned char>(ws);
+
+  const double C = kDeltaChunkSize, K = s.D, V = s.D, gb = gated ? 4.0 : 0.0;
+  Timed t;
+  t.forward = [p, gated] {
+    return gated ? GatedDeltaRuleChunkForward(p, nullptr) : DeltaRuleChunkForward(p, nullptr);
+  };
+  t.backward = [p, gated] {
+    return gated ? GatedDeltaRuleChunkBackward(p, nullptr) : DeltaRuleChunkBackward(p, nullptr);
+  };
+  t.fwd_bytes = 2 * (2 * K + V) + 4 + gb + 2 * V;
+  t.bwd_bytes = 2 * (2 * K + 2 * V) + 4 + gb + 2 * (2 * K + V) + 4 + gb;
+  t.fwd_flops = 6 * C * K + 4 * C * V + 6 * K * V + 2 * C * C / 3;
+  t.bwd_flops = 16 * C * K + 10 * C * V + 16 * K * V + 4 * C * C;
+  t.workspace_bytes = ws;
+  return t;
+}
+
+void Run(const std::string& op, const Shape& s, int reps) {
   std::printf(
-      "{\"kind\": \"flame_kernel\", \"op\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, \"D\": %d, "
+      "{\"kind\": \"flame_kernel\", \"op\": \"%s\", \"B\": %d, \"T\": %d, \"H\": %d, "
+      "\"D\": %d, ",
+      op.c_str(), s.B, s.T, s.H, s.D);
+  // K <= 256 for the delta rule; a shape a launcher refuses is reported, not fatal.
+  if (op.find("delta") != std::string::npos && s.D > kDeltaMaxKDim) {
+    std::printf("\"error\": \"unsupported: K = %d > %d\"}\n", s.D, kDeltaMaxKDim);
+    std::fflush(stdout);
+    return;
+  }
+  Buffers buf;
+  const Timed t =
+      op.find("delta") != std::string::npos ? MakeDelta(op, s, buf) : MakeGated(op, s, buf);
+  cudaError_t err = cudaSuccess;
+  const double fwd = MedianMs(t.forward, reps, &err);
+  double fwdbwd = -1;
+  if (err == cudaSuccess) {
+    fwdbwd = MedianMs(
+        [&t]() -> cudaError_t {
+          const cudaError_t e = t.forward();
+          return e != cudaSuccess ? e : t.backward();
+        },
+        reps, &err);
+  }
+  BENCH_CHECK(cudaDeviceSynchronize());
+  if (err != cudaSuccess) {
+    std::printf("\"error\": \"launcher: %s\"}\n", cudaGetErrorString(err));
+    std::fflush(stdout);
+    return;
+  }
+  const double th = static_cast<double>(s.B) * s.T * s.H;
+  std::printf(
       "\"fwd_ms\": %.4f, \"fwdbwd_ms\": %.4f, \"fwd_bytes\": %.0f, \"fwdbwd_bytes\": %.0f, "
       "\"fwd_flops\": %.0f, \"fwdbwd_flops\": %.0f, \"workspace_bytes\": %zu}\n",
-      op.c_str(), s.B, s.T, s.H, s.D, fwd, fwdbwd, fwd_bytes, fwd_bytes + bwd_bytes, fwd_flops,
-      fwd_flops + bwd_flops, ws_bytes);
+      fwd, fwdbwd, th * t.fwd_bytes, th * (t.fwd_bytes + t.bwd_bytes), th * t.fwd_flops,
+      th * (t.fwd_flops + t.bwd_flops), t.workspace_bytes);
   std::fflush(stdout);
-  for (void* ptr : {static_cast<void*>(q), static_cast<void*>(k), static_cast<void*>(v),
-                    static_cast<void*>(d_o), static_cast<void*>(o), static_cast<void*>(dq),
-                    static_cast<void*>(dk), static_cast<void*>(dv), static_cast<void*>(g),
-                    static_cast<void*>(dg), p.workspace}) {
-    cudaFree(ptr);
-  }
 }
 
 }  // namespace
 }  // namespace flame::kernels
 
-// Usage: chunk_attention_benchmark [op [shape index]]; FLAME_BENCH_REPS (20) and
-// FLAME_BENCH_WARMUP (5) set the repetitions (a profiler run wants 1 and 0).
+// Usage: chunk_attention_benchmark [op[,op...] [shape index]]; FLAME_BENCH_REPS (20),
+// FLAME_BENCH_WARMUP (5) and FLAME_BENCH_BUDGET_MS (1500) set the repetitions (a profiler run
+// wants 1, 0 and 0).
 int main(int argc, char** argv) {
   using flame::kernels::Shape;
-  std::vector<Shape> shapes = {{4, 2048, 16, 128}, {8, 2048, 16, 128}, {2, 16384, 16, 128},
-                               {1, 8192, 96, 128}, {8, 4096, 8, 256}};
+  std::vector<Shape> shapes = {{4, 2048, 16, 128},
+                               {8, 2048, 16, 128},
+                               {2, 16384, 16, 128},
+                               {1, 8192, 96, 128},
+                               {8, 4096, 8, 256}};
   const int reps = flame::kernels::EnvInt("FLAME_BENCH_REPS", 20);
-  std::vector<std::string> ops = {"chunk_simple_gla", "chunk_gla"};
-  if (argc > 1) ops = {argv[1]};
+  std::vector<std::string> ops = {"chunk_simple_gla", "chunk_gla", "chunk_delta_rule",
+                                  "chunk_gated_delta_rule"};
+  if (argc > 1) {
+    ops.clear();
+    std::string list = argv[1];
+    for (size_t pos = 0; pos != std::string::npos;) {
+      const size_t comma = list.find(',', pos);
+      ops.push_back(list.substr(pos, comma == std::string::npos ? comma : comma - pos));
+      pos = comma == std::string::npos ? comma : comma + 1;
+    }
+  }
   if (argc > 2) shapes = {shapes.at(std::atoi(argv[2]))};
   for (const Shape& s : shapes) {
     for (const std::string& op : ops) flame::kernels::Run(op, s, reps);
