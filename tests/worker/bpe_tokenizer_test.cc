@@ -139,13 +139,18 @@ TEST(PreTokenizer, SplitBehaviorsPlaceTheMatches) {
     EXPECT_TRUE(MakeSplitPreTokenizer(*std::move(regex), behavior, invert)->Apply(&pieces).ok());
     return pieces;
   };
+  // What `tokenizers` gives for Split("-", behavior, invert) on "a-b--c-".
   using V = std::vector<std::string>;
   EXPECT_EQ(run(SplitBehavior::kRemoved, false), V({"a", "b", "c"}));
+  EXPECT_EQ(run(SplitBehavior::kRemoved, true), V({"-", "-", "-", "-"}));
   EXPECT_EQ(run(SplitBehavior::kIsolated, false), V({"a", "-", "b", "-", "-", "c", "-"}));
+  EXPECT_EQ(run(SplitBehavior::kIsolated, true), V({"a", "-", "b", "-", "-", "c", "-"}));
   EXPECT_EQ(run(SplitBehavior::kMergedWithPrevious, false), V({"a-", "b-", "-", "c-"}));
+  EXPECT_EQ(run(SplitBehavior::kMergedWithPrevious, true), V({"a", "-b", "-", "-c", "-"}));
   EXPECT_EQ(run(SplitBehavior::kMergedWithNext, false), V({"a", "-b", "-", "-c", "-"}));
+  EXPECT_EQ(run(SplitBehavior::kMergedWithNext, true), V({"a-", "b-", "-", "c-"}));
   EXPECT_EQ(run(SplitBehavior::kContiguous, false), V({"a", "-", "b", "--", "c", "-"}));
-  EXPECT_EQ(run(SplitBehavior::kRemoved, true), V({"-", "--", "-"}));
+  EXPECT_EQ(run(SplitBehavior::kContiguous, true), V({"a", "-", "b", "--", "c", "-"}));
 }
 
 TEST(PreTokenizer, RegexesAreUnicodeAware) {
