@@ -30,6 +30,8 @@ BpeTokenizer::BpeTokenizer(BpeTokenizerParts parts)
       normalized_matcher_(Select(parts_.added_tokens, /*normalized=*/true, parts_.nfc)) {
   int64_t max_id = parts_.model.MaxId();
   for (const AddedToken& token : parts_.added_tokens) max_id = std::max<int64_t>(max_id, token.id);
+  for (int32_t id : parts_.prefix_ids) max_id = std::max<int64_t>(max_id, id);
+  for (int32_t id : parts_.suffix_ids) max_id = std::max<int64_t>(max_id, id);
   vocab_size_ = max_id + 1;
 }
 

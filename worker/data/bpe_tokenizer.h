@@ -39,8 +39,8 @@ class BpeTokenizer final : public Tokenizer {
   explicit BpeTokenizer(BpeTokenizerParts parts);
 
   absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const override;
-  // One past the largest id of the vocab and the added tokens, so that every id Encode can give
-  // has a row in the embedding.
+  // One past the largest id of the vocab, the added tokens and the template, so that every id
+  // Encode can give has a row in the embedding.
   int64_t VocabSize() const override { return vocab_size_; }
   int32_t BosId() const override { return parts_.bos_id; }
   int32_t EosId() const override { return parts_.eos_id; }

@@ -279,7 +279,8 @@ absl::Status ParsePostProcessor(const Context& ctx, const Json& processor,
     // [cls] text [sep], each given as ["token", id].
     for (const char* key : {"cls", "sep"}) {
       const Json& pair = IsSet(processor, key) ? processor.at(key) : Json();
-      if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer()) {
+      if (!pair.is_array() || pair.size() != 2 || !pair[1].is_number_integer() ||
+          pair[1].get<int64_t>() < 0 || pair[1].get<int64_t>() > INT32_MAX) {
         return ctx.Error(absl::StrCat(where, ".", key), "must be [\"token\", id]");
       }
       (std::string(key) == "cls" ? prefix : suffix)->push_back(pair[1].get<int32_t>());
