@@ -16,9 +16,9 @@ absl::StatusOr<TokenizerFile> ResolveTokenizerPath(const std::string& path) {
     return absl::NotFoundError(absl::StrCat("tokenizer not found: ", path));
   }
   if (fs::is_directory(status)) {
-    for (const auto& [name, format] : {std::pair{"tokenizer.json", TokenizerFormat::kHuggingFace},
-                                       std::pair{"tokenizer.model",
-                                                 TokenizerFormat::kSentencePiece}}) {
+    for (const auto& [name, format] :
+         {std::pair{"tokenizer.json", TokenizerFormat::kHuggingFace},
+          std::pair{"tokenizer.model", TokenizerFormat::kSentencePiece}}) {
       const std::string file = (fs::path(path) / name).string();
       if (fs::is_regular_file(file, error)) return TokenizerFile{format, file};
     }

@@ -40,7 +40,12 @@ fi
 tmp=$(mktemp -d "$DATA_DIR/.bpe.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 export PYTHONPATH="$PYTHON_DIR${PYTHONPATH:+:$PYTHONPATH}" RAYON_NUM_THREADS=1
-python3 - "$CORPUS" "$tmp" <<'PY' || { echo "build-demo-bpe: training failed (is the pinned \`tokenizers\` in $PYTHON_DIR? run deploy/install-deps.sh)" >&2; exit 1; }
+fail() {
+  echo "build-demo-bpe: training failed (is the pinned tokenizers in $PYTHON_DIR?" \
+    "deploy/install-deps.sh installs it)" >&2
+  exit 1
+}
+python3 - "$CORPUS" "$tmp" <<'PY' || fail
 import json, os, sys
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers
 from tokenizers import pre_tokenizers, processors, trainers

@@ -27,8 +27,8 @@ Json SmallTokenizer(const std::vector<std::string>& vocab, const Json& merges) {
   Json json;
   json["model"] = {{"type", "BPE"}, {"vocab", Json::object()}, {"merges", merges}};
   for (size_t i = 0; i < vocab.size(); ++i) json["model"]["vocab"][vocab[i]] = i;
-  json["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false},
-                           {"use_regex", false}};
+  json["pre_tokenizer"] = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", false}};
   json["added_tokens"] = Json::array();
   json["normalizer"] = nullptr;
   json["post_processor"] = nullptr;
@@ -68,7 +68,7 @@ TEST(ByteLevel, PrintableBytesStandForThemselvesAndTheRestMoveAbove255) {
   EXPECT_EQ(ByteLevelCodePoint('\n'), U'\u010A');  // "Ċ"
   EXPECT_EQ(ByteLevelCodePoint(' '), U'\u0120');   // "Ġ"
   EXPECT_EQ(ByteLevelCodePoint(0x7F), U'\u0121');
-  EXPECT_EQ(ByteLevelCodePoint(0xAD), U'\u0143');  // soft hyphen, the last one moved
+  EXPECT_EQ(ByteLevelCodePoint(0xAD), U'\u0143');      // soft hyphen, the last one moved
   EXPECT_EQ(ToByteLevel(" é"), "\u0120\u00C3\u00A9");  // é is bytes C3 A9
 }
 
@@ -79,11 +79,11 @@ TEST(ByteLevel, EveryByteHasItsOwnCharacter) {
 }
 
 TEST(BpeModel, AppliesTheLowestRankMergeFirst) {
-  const Json vocab_ab_first = SmallTokenizer({"a", "b", "c", "ab", "bc", "abc"},
-                                             Json::array({"a b", "b c", "ab c"}));
+  const Json vocab_ab_first =
+      SmallTokenizer({"a", "b", "c", "ab", "bc", "abc"}, Json::array({"a b", "b c", "ab c"}));
   EXPECT_EQ(EncodeWith(vocab_ab_first, "abc"), std::vector<int32_t>({5}));
-  const Json bc_first = SmallTokenizer({"a", "b", "c", "ab", "bc", "abc"},
-                                       Json::array({"b c", "a b", "ab c"}));
+  const Json bc_first =
+      SmallTokenizer({"a", "b", "c", "ab", "bc", "abc"}, Json::array({"b c", "a b", "ab c"}));
   // "b c" wins, and nothing merges "a" with "bc".
   EXPECT_EQ(EncodeWith(bc_first, "abc"), std::vector<int32_t>({0, 4}));
 }
@@ -97,8 +97,8 @@ TEST(BpeModel, BreaksTiesBetweenEqualPairsLeftmostFirst) {
 TEST(BpeModel, ReadsMergesAsStringsAndAsPairs) {
   const std::vector<std::string> vocab = {"\u0120", "h", "i", "hi", "\u0120hi"};
   const Json strings = SmallTokenizer(vocab, Json::array({"h i", "\u0120 hi"}));
-  const Json pairs = SmallTokenizer(
-      vocab, Json::array({Json::array({"h", "i"}), Json::array({"\u0120", "hi"})}));
+  const Json pairs =
+      SmallTokenizer(vocab, Json::array({Json::array({"h", "i"}), Json::array({"\u0120", "hi"})}));
   EXPECT_EQ(EncodeWith(strings, " hi"), std::vector<int32_t>({4}));
   EXPECT_EQ(EncodeWith(pairs, " hi"), std::vector<int32_t>({4}));
 }
@@ -127,8 +127,8 @@ TEST(PreTokenizer, Gpt2PatternKeepsTheSpaceWithTheNextWordAndTheLastOfARun) {
       MakeSplitPreTokenizer(*std::move(regex), SplitBehavior::kIsolated, false);
   std::vector<std::string> pieces = {"Hello world's   3.5 café!\n"};
   ASSERT_TRUE(split->Apply(&pieces).ok());
-  EXPECT_EQ(pieces, std::vector<std::string>({"Hello", " world", "'s", "  ", " 3", ".", "5",
-                                              " café", "!", "\n"}));
+  EXPECT_EQ(pieces, std::vector<std::string>(
+                        {"Hello", " world", "'s", "  ", " 3", ".", "5", " café", "!", "\n"}));
 }
 
 TEST(PreTokenizer, SplitBehaviorsPlaceTheMatches) {
@@ -158,9 +158,8 @@ TEST(PreTokenizer, RegexesAreUnicodeAware) {
       Pcre2Regex::Compile(R"((?i:'s|'ll)|\p{L}+|\p{N}{1,3}|\s+(?!\S)|\s+)");
   ASSERT_TRUE(regex.ok()) << regex.status();
   std::vector<std::string> pieces = {"日本'S 12345\u3000x"};
-  ASSERT_TRUE(MakeSplitPreTokenizer(*std::move(regex), SplitBehavior::kRemoved, true)
-                  ->Apply(&pieces)
-                  .ok());
+  ASSERT_TRUE(
+      MakeSplitPreTokenizer(*std::move(regex), SplitBehavior::kRemoved, true)->Apply(&pieces).ok());
   // Inverted Removed keeps the matches only.
   EXPECT_EQ(pieces, std::vector<std::string>({"日本", "'S", " ", "123", "45", "\u3000", "x"}));
 }
@@ -197,16 +196,17 @@ TEST(AddedTokens, SingleWordTokensDoNotMatchInsideWords) {
 
 TEST(BpeTokenizer, SpecialTokensInTextAreNeverSplitAndTheTemplateAddsBos) {
   Json json = SmallTokenizer({"<s>", "</s>", "a", "\u0120"}, Json::array());
-  json["added_tokens"] = Json::array({
-      {{"id", 0}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
-      {{"id", 1}, {"content", "</s>"}, {"special", true}, {"normalized", false}}});
+  json["added_tokens"] =
+      Json::array({{{"id", 0}, {"content", "<s>"}, {"special", true}, {"normalized", false}},
+                   {{"id", 1}, {"content", "</s>"}, {"special", true}, {"normalized", false}}});
   json["post_processor"] = {
       {"type", "TemplateProcessing"},
       {"single", Json::array({{{"SpecialToken", {{"id", "<s>"}, {"type_id", 0}}}},
                               {{"Sequence", {{"id", "A"}, {"type_id", 0}}}},
                               {{"SpecialToken", {{"id", "</s>"}, {"type_id", 0}}}}})},
-      {"special_tokens", {{"<s>", {{"id", "<s>"}, {"ids", {0}}, {"tokens", {"<s>"}}}},
-                          {"</s>", {{"id", "</s>"}, {"ids", {1}}, {"tokens", {"</s>"}}}}}}};
+      {"special_tokens",
+       {{"<s>", {{"id", "<s>"}, {"ids", {0}}, {"tokens", {"<s>"}}}},
+        {"</s>", {{"id", "</s>"}, {"ids", {1}}, {"tokens", {"</s>"}}}}}}};
   EXPECT_EQ(EncodeWith(json, "a</s> a"), std::vector<int32_t>({0, 2, 1, 3, 2, 1}));
   EXPECT_EQ(EncodeWith(json, ""), std::vector<int32_t>({0, 1}));
 
@@ -222,8 +222,8 @@ TEST(BpeTokenizer, DemoTokenizersReportTheirSpecialIds) {
   absl::StatusOr<std::unique_ptr<Tokenizer>> gpt2 =
       LoadTokenizer(DemoData("fortunes-gpt2/tokenizer.json"));
   ASSERT_TRUE(gpt2.ok()) << gpt2.status();
-  EXPECT_EQ((*gpt2)->BosId(), 0);  // <s>
-  EXPECT_EQ((*gpt2)->EosId(), 2);  // </s>
+  EXPECT_EQ((*gpt2)->BosId(), 0);         // <s>
+  EXPECT_EQ((*gpt2)->EosId(), 2);         // </s>
   EXPECT_EQ((*gpt2)->VocabSize(), 2049);  // 2048 trained + <mask>
   absl::StatusOr<std::unique_ptr<Tokenizer>> llama3 = LoadTokenizer(DemoData("fortunes-llama3"));
   ASSERT_TRUE(llama3.ok()) << llama3.status();
@@ -268,8 +268,8 @@ TEST(BpeTokenizer, BrokenFilesAreErrorsNamingTheProblem) {
   json["model"]["unk_token"] = "<unk>";
   EXPECT_NE(LoadError(json).find("unk_token \"<unk>\" is not in the vocab"), std::string::npos);
   json = SmallTokenizer({"a"}, Json::array());
-  json["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "(a"}}},
-                           {"behavior", "Isolated"}};
+  json["pre_tokenizer"] = {
+      {"type", "Split"}, {"pattern", {{"Regex", "(a"}}}, {"behavior", "Isolated"}};
   EXPECT_NE(LoadError(json).find("pre_tokenizer.pattern"), std::string::npos);
 
   TempDir dir;

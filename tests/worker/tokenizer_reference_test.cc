@@ -59,14 +59,15 @@ std::vector<std::vector<int32_t>> ReferenceIds(const std::string& kind, const st
     std::ofstream out(input, std::ios::binary);
     for (const std::string& text : texts) out << Json(text).dump() << "\n";
   }
-  const std::string command = absl::StrCat(
-      "PYTHONPATH='", FLAME_PYTHON_DIR, "' python3 '",
-      SourcePath("tests/worker/tokenizer_reference.py"), "' ", kind, " '", model, "' '", input,
-      "' '", output, "' 2>'", errors, "'");
+  const std::string command =
+      absl::StrCat("PYTHONPATH='", FLAME_PYTHON_DIR, "' python3 '",
+                   SourcePath("tests/worker/tokenizer_reference.py"), "' ", kind, " '", model,
+                   "' '", input, "' '", output, "' 2>'", errors, "'");
   const int rc = std::system(command.c_str());
   std::stringstream stderr_text;
   stderr_text << std::ifstream(errors).rdbuf();
-  EXPECT_EQ(rc, 0) << command << "\n" << stderr_text.str()
+  EXPECT_EQ(rc, 0) << command << "\n"
+                   << stderr_text.str()
                    << "\n(the pinned Python packages come from deploy/install-deps.sh)";
   std::vector<std::vector<int32_t>> ids;
   std::ifstream in(output);

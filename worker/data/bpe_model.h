@@ -50,8 +50,8 @@ class BpeModel {
   };
   struct Symbol {
     int32_t id;
-    int32_t prev;  // index of the previous live symbol, -1 at the start
-    int32_t next;  // index of the next live symbol, -1 at the end
+    int32_t prev;   // index of the previous live symbol, -1 at the start
+    int32_t next;   // index of the next live symbol, -1 at the end
     size_t length;  // bytes of the word it covers; 0 once merged into its left neighbour
   };
 

@@ -48,8 +48,7 @@ absl::StatusOr<std::vector<int32_t>> BpeTokenizer::Encode(const std::string& tex
   return ids;
 }
 
-absl::Status BpeTokenizer::EncodeRawPiece(absl::string_view text,
-                                          std::vector<int32_t>* ids) const {
+absl::Status BpeTokenizer::EncodeRawPiece(absl::string_view text, std::vector<int32_t>* ids) const {
   std::string normalized;
   if (parts_.nfc) {
     FLAME_ASSIGN_OR_RETURN(normalized, NormalizeNfc(text));

@@ -25,7 +25,7 @@ namespace flame::worker {
 
 struct BpeTokenizerParts {
   BpeModel model;
-  bool nfc = false;                              // the normalizer: NFC, or none
+  bool nfc = false;                             // the normalizer: NFC, or none
   std::unique_ptr<PreTokenizer> pre_tokenizer;  // null: the whole piece is one word
   std::vector<AddedToken> added_tokens;
   std::vector<int32_t> prefix_ids;  // the template's special tokens before the text

@@ -19,7 +19,8 @@ std::array<char32_t, 256> BuildTable() {
 // Stand-in UTF-8 strings, so that ToByteLevel is one table lookup per byte.
 std::array<std::string, 256> BuildUtf8Table() {
   std::array<std::string, 256> strings;
-  for (int b = 0; b < 256; ++b) AppendUtf8(ByteLevelCodePoint(static_cast<uint8_t>(b)), &strings[b]);
+  for (int b = 0; b < 256; ++b)
+    AppendUtf8(ByteLevelCodePoint(static_cast<uint8_t>(b)), &strings[b]);
   return strings;
 }
 
@@ -100,8 +101,8 @@ size_t Utf8CharLength(absl::string_view text, size_t pos) {
 
 bool IsUnicodeWhitespace(char32_t c) {
   return (c >= 0x09 && c <= 0x0D) || c == 0x20 || c == 0x85 || c == 0xA0 || c == 0x1680 ||
-         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F ||
-         c == 0x205F || c == 0x3000;
+         (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F ||
+         c == 0x3000;
 }
 
 }  // namespace flame::worker

@@ -25,9 +25,9 @@ absl::StatusOr<std::unique_ptr<Pcre2Regex>> Pcre2Regex::Compile(const std::strin
   // the invalid bytes simply match nothing.
   int error = 0;
   PCRE2_SIZE offset = 0;
-  pcre2_code* code = pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
-                                   PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error,
-                                   &offset, nullptr);
+  pcre2_code* code =
+      pcre2_compile(reinterpret_cast<PCRE2_SPTR>(pattern.data()), pattern.size(),
+                    PCRE2_UTF | PCRE2_UCP | PCRE2_MATCH_INVALID_UTF, &error, &offset, nullptr);
   if (code == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat("invalid regex \"", pattern, "\" at offset ",
                                                    offset, ": ", ErrorMessage(error)));
@@ -37,8 +37,7 @@ absl::StatusOr<std::unique_ptr<Pcre2Regex>> Pcre2Regex::Compile(const std::strin
   return std::unique_ptr<Pcre2Regex>(new Pcre2Regex(code));
 }
 
-absl::StatusOr<std::unique_ptr<Pcre2Regex>> Pcre2Regex::CompileLiteral(
-    const std::string& literal) {
+absl::StatusOr<std::unique_ptr<Pcre2Regex>> Pcre2Regex::CompileLiteral(const std::string& literal) {
   // \Q...\E quotes everything but a literal "\E", which is spelled \E\\E\Q.
   std::string pattern = "\\Q";
   for (size_t i = 0; i < literal.size(); ++i) {
@@ -68,8 +67,7 @@ absl::StatusOr<std::vector<std::pair<size_t, size_t>>> Pcre2Regex::FindAll(
     // A long run of whitespace can exhaust the JIT's small default stack; the interpreter,
     // which keeps its backtracking state on the heap, finishes the match.
     if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
-      rc = pcre2_match(Code(code_), subject, text.size(), start, PCRE2_NO_JIT, data.get(),
-                       nullptr);
+      rc = pcre2_match(Code(code_), subject, text.size(), start, PCRE2_NO_JIT, data.get(), nullptr);
     }
     if (rc == PCRE2_ERROR_NOMATCH) break;
     if (rc < 0) return absl::InternalError(absl::StrCat("pcre2 match: ", ErrorMessage(rc)));

@@ -66,16 +66,16 @@ absl::StatusOr<std::pair<std::string, std::string>> ParseMerge(const Context& ct
     const std::string text = merge.get<std::string>();
     const size_t space = text.find(' ');
     if (space == std::string::npos || text.find(' ', space + 1) != std::string::npos) {
-      return ctx.Error(where, absl::StrCat("must be two tokens separated by one space (got \"",
-                                           text, "\")"));
+      return ctx.Error(
+          where, absl::StrCat("must be two tokens separated by one space (got \"", text, "\")"));
     }
     return std::make_pair(text.substr(0, space), text.substr(space + 1));
   }
   if (merge.is_array() && merge.size() == 2 && merge[0].is_string() && merge[1].is_string()) {
     return std::make_pair(merge[0].get<std::string>(), merge[1].get<std::string>());
   }
-  return ctx.Error(where, absl::StrCat("must be \"a b\" or [\"a\", \"b\"] (got ", merge.dump(),
-                                       ")"));
+  return ctx.Error(where,
+                   absl::StrCat("must be \"a b\" or [\"a\", \"b\"] (got ", merge.dump(), ")"));
 }
 
 absl::StatusOr<BpeModel> ParseModel(const Context& ctx, const Json& model) {
@@ -83,8 +83,8 @@ absl::StatusOr<BpeModel> ParseModel(const Context& ctx, const Json& model) {
   if (type != "BPE") {
     return ctx.Error("model.type", absl::StrCat("\"", type, "\" is not supported (only BPE)"));
   }
-  if (IsSet(model, "dropout") && !(model.at("dropout").is_number() &&
-                                   model.at("dropout").get<double>() == 0.0)) {
+  if (IsSet(model, "dropout") &&
+      !(model.at("dropout").is_number() && model.at("dropout").get<double>() == 0.0)) {
     return ctx.Error("model.dropout", "is not supported: BPE dropout makes encoding random");
   }
   BpeModelOptions options;
@@ -93,7 +93,7 @@ absl::StatusOr<BpeModel> ParseModel(const Context& ctx, const Json& model) {
   }
   for (const auto& [token, id] : model.at("vocab").items()) {
     if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      return ctx.Error("model.vocab", absl::StrCat("id of \"", token, "\" must be an integer in "
+      return ctx.Error("model.vocab", absl::StrCat("id of \"", token, "\" must be an integer in ",
                                                    "[0, 2^31) (got ", id.dump(), ")"));
     }
     options.vocab.emplace_back(token, static_cast<int32_t>(id.get<int64_t>()));
@@ -131,9 +131,9 @@ absl::StatusOr<bool> ParseNormalizer(const Context& ctx, const Json& normalizer,
       normalizer.at("normalizers").is_array()) {
     bool nfc = false;
     for (size_t i = 0; i < normalizer.at("normalizers").size(); ++i) {
-      FLAME_ASSIGN_OR_RETURN(bool step, ParseNormalizer(ctx, normalizer.at("normalizers")[i],
-                                                        absl::StrCat(where, ".normalizers[", i,
-                                                                     "]")));
+      FLAME_ASSIGN_OR_RETURN(bool step,
+                             ParseNormalizer(ctx, normalizer.at("normalizers")[i],
+                                             absl::StrCat(where, ".normalizers[", i, "]")));
       nfc = nfc || step;  // NFC is idempotent: once is as good as several times
     }
     return nfc;
@@ -141,15 +141,13 @@ absl::StatusOr<bool> ParseNormalizer(const Context& ctx, const Json& normalizer,
   return ctx.Error(where, absl::StrCat("type \"", type, "\" is not supported (only NFC or none)"));
 }
 
-absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Context& ctx,
-                                                                const Json& pre,
+absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Context& ctx, const Json& pre,
                                                                 const std::string& where);
 
 absl::StatusOr<std::unique_ptr<PreTokenizer>> ParseSplit(const Context& ctx, const Json& pre,
                                                          const std::string& where) {
   const Json pattern = IsSet(pre, "pattern") ? pre.at("pattern") : Json();
-  absl::StatusOr<std::unique_ptr<Pcre2Regex>> regex =
-      absl::InvalidArgumentError("no pattern");
+  absl::StatusOr<std::unique_ptr<Pcre2Regex>> regex = absl::InvalidArgumentError("no pattern");
   if (IsSet(pattern, "Regex") && pattern.at("Regex").is_string()) {
     regex = Pcre2Regex::Compile(pattern.at("Regex").get<std::string>());
   } else if (IsSet(pattern, "String") && pattern.at("String").is_string()) {
@@ -161,7 +159,8 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParseSplit(const Context& ctx, con
   std::string behavior_name;
   FLAME_RETURN_IF_ERROR(ReadString(ctx, pre, "behavior", where, &behavior_name));
   absl::StatusOr<SplitBehavior> behavior = ParseSplitBehavior(behavior_name);
-  if (!behavior.ok()) return ctx.Error(where + ".behavior", std::string(behavior.status().message()));
+  if (!behavior.ok())
+    return ctx.Error(where + ".behavior", std::string(behavior.status().message()));
   bool invert = false;
   FLAME_RETURN_IF_ERROR(ReadBool(ctx, pre, "invert", where, &invert));
   return MakeSplitPreTokenizer(*std::move(regex), *behavior, invert);
@@ -180,8 +179,7 @@ absl::StatusOr<std::unique_ptr<PreTokenizer>> ParseByteLevel(const Context& ctx,
   return MakeByteLevelPreTokenizer(add_prefix_space, std::move(regex));
 }
 
-absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Context& ctx,
-                                                                const Json& pre,
+absl::StatusOr<std::unique_ptr<PreTokenizer>> ParsePreTokenizer(const Context& ctx, const Json& pre,
                                                                 const std::string& where) {
   FLAME_ASSIGN_OR_RETURN(const std::string type, TypeOf(ctx, pre, where));
   if (type == "ByteLevel") return ParseByteLevel(ctx, pre, where);
@@ -243,8 +241,8 @@ absl::StatusOr<std::vector<AddedToken>> ParseAddedTokens(const Context& ctx, con
 absl::StatusOr<std::vector<int32_t>> TemplateTokenIds(const Context& ctx, const Json& processor,
                                                       const std::string& name,
                                                       const std::string& where) {
-  const Json specials = IsSet(processor, "special_tokens") ? processor.at("special_tokens")
-                                                          : Json::object();
+  const Json specials =
+      IsSet(processor, "special_tokens") ? processor.at("special_tokens") : Json::object();
   if (!specials.is_object() || !specials.contains(name) || !IsSet(specials.at(name), "ids") ||
       !specials.at(name).at("ids").is_array()) {
     return ctx.Error(where, absl::StrCat("uses \"", name, "\", which special_tokens lacks"));
@@ -260,9 +258,8 @@ absl::StatusOr<std::vector<int32_t>> TemplateTokenIds(const Context& ctx, const 
 }
 
 // The special tokens that a post-processor puts before and after a single text.
-absl::Status ParsePostProcessor(const Context& ctx, const Json& processor,
-                                const std::string& where, std::vector<int32_t>* prefix,
-                                std::vector<int32_t>* suffix) {
+absl::Status ParsePostProcessor(const Context& ctx, const Json& processor, const std::string& where,
+                                std::vector<int32_t>* prefix, std::vector<int32_t>* suffix) {
   if (processor.is_null()) return absl::OkStatus();
   FLAME_ASSIGN_OR_RETURN(const std::string type, TypeOf(ctx, processor, where));
   if (type == "ByteLevel") return absl::OkStatus();  // only moves offsets, adds no token
@@ -270,8 +267,8 @@ absl::Status ParsePostProcessor(const Context& ctx, const Json& processor,
       processor.at("processors").is_array()) {
     for (size_t i = 0; i < processor.at("processors").size(); ++i) {
       FLAME_RETURN_IF_ERROR(ParsePostProcessor(ctx, processor.at("processors")[i],
-                                               absl::StrCat(where, ".processors[", i, "]"),
-                                               prefix, suffix));
+                                               absl::StrCat(where, ".processors[", i, "]"), prefix,
+                                               suffix));
     }
     return absl::OkStatus();
   }
@@ -365,9 +362,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizer(const std::string& p
                                ? (std::filesystem::path(path) / "tokenizer.json").string()
                                : path;
   if (!PathExists(file)) {
-    return absl::NotFoundError(file == path
-                                   ? absl::StrCat("tokenizer file not found: ", path)
-                                   : absl::StrCat("tokenizer folder ", path, " has no tokenizer.json"));
+    return absl::NotFoundError(
+        file == path ? absl::StrCat("tokenizer file not found: ", path)
+                     : absl::StrCat("tokenizer folder ", path, " has no tokenizer.json"));
   }
   FLAME_ASSIGN_OR_RETURN(const Json json, ReadJson(file));
   const Context ctx(file);
