@@ -11,6 +11,7 @@
 #include "absl/strings/strip.h"
 #include "common/files.h"
 #include "common/status_macros.h"
+#include "common/tokenizer_path.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 
@@ -59,6 +60,14 @@ absl::Status RequireOneOf(absl::string_view key, const std::string& value,
 absl::Status RequireFile(absl::string_view key, const std::string& path) {
   if (path.empty()) return Invalid(key, "is required");
   if (!PathExists(path)) return Invalid(key, absl::StrCat("names a missing file: ", path));
+  return absl::OkStatus();
+}
+
+// A SentencePiece .model, a tokenizer.json, or a folder with one (common/tokenizer_path.h).
+absl::Status ValidateTokenizerPath(const std::string& path) {
+  if (path.empty()) return Invalid("model.tokenizer_path", "is required");
+  absl::StatusOr<TokenizerFile> file = ResolveTokenizerPath(path);
+  if (!file.ok()) return Invalid("model.tokenizer_path", std::string(file.status().message()));
   return absl::OkStatus();
 }
 
@@ -181,7 +190,7 @@ absl::Status ValidateJobSpec(const JobSpec& spec) {
     return Invalid("model.name", absl::StrCat("must be \"fla\" (got \"", spec.model().name(), "\")"));
   }
   FLAME_RETURN_IF_ERROR(RequireFile("model.config", spec.model().config()));
-  FLAME_RETURN_IF_ERROR(RequireFile("model.tokenizer_path", spec.model().tokenizer_path()));
+  FLAME_RETURN_IF_ERROR(ValidateTokenizerPath(spec.model().tokenizer_path()));
   FLAME_RETURN_IF_ERROR(ValidateOptimizer(spec.optimizer()));
   FLAME_RETURN_IF_ERROR(ValidateSchedule(spec.lr_scheduler()));
   FLAME_RETURN_IF_ERROR(ValidateTraining(spec.training()));

@@ -5,6 +5,9 @@
 # alone, so running it again costs a few seconds. LibTorch comes from the `torch` wheel on PyPI
 # (the same 2.11.0 build, CUDA 13.0, that the GPU hosts run); only its C++ headers, shared
 # libraries and CMake files are unpacked, under $FLAME_DEPS (default /opt/flame).
+# The build and tests also use two pinned Python packages, the reference tokenizers that the demo
+# BPE tokenizers are trained with and that the worker's tokenizers are checked against; they go
+# into $FLAME_DEPS/python with `pip install --target`, never into the system Python.
 #
 # Usage: deploy/install-deps.sh            (as root, or with sudo on PATH)
 set -euo pipefail
@@ -27,6 +30,7 @@ PACKAGES=(
   libbenchmark-dev=1.7.1-1
   libtomlplusplus-dev=3.3.0+ds-1 libcli11-dev=2.1.2+ds-1 nlohmann-json3-dev=3.11.2-2
   libsentencepiece-dev=0.1.97-3+b1 sentencepiece=0.1.97-3+b1
+  libpcre2-dev=10.42-1+deb12u2 libicu-dev=72.1-3+deb12u1
   fortunes=1:1.99.1-7.3
 )
 
@@ -64,4 +68,17 @@ PY
   as_root cp -a "$tmp/x/torch/." "$TORCH_DIR/"
   as_root touch "$TORCH_DIR/.complete"
 fi
-echo "install-deps: ready (LibTorch at $TORCH_DIR)"
+PYTHON_DIR="$FLAME_DEPS/python"
+PYTHON_PACKAGES=(tokenizers==0.22.1 sentencepiece==0.2.0)
+# The stamp names the pinned versions, so a version bump reinstalls and nothing else does.
+python_stamp="$PYTHON_DIR/.complete-$(IFS=_; echo "${PYTHON_PACKAGES[*]}")"
+if [ ! -f "$python_stamp" ]; then
+  echo "install-deps: installing ${PYTHON_PACKAGES[*]} into $PYTHON_DIR"
+  as_root rm -rf "$PYTHON_DIR.new"
+  as_root python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    --no-deps --only-binary=:all: --target "$PYTHON_DIR.new" "${PYTHON_PACKAGES[@]}"
+  as_root rm -rf "$PYTHON_DIR"
+  as_root mv "$PYTHON_DIR.new" "$PYTHON_DIR"
+  as_root touch "$python_stamp"
+fi
+echo "install-deps: ready (LibTorch at $TORCH_DIR, Python tools at $PYTHON_DIR)"

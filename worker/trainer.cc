@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/data/tokenizer_factory.h"
 #include "worker/optim/optimizer.h"
 
 namespace flame::worker {
@@ -100,7 +101,7 @@ absl::Status Trainer::Setup() {
   }
   torch::manual_seed(static_cast<uint64_t>(config_.training.seed));
   at::globalContext().setDeterministicAlgorithms(config_.training.deterministic, false);
-  FLAME_ASSIGN_OR_RETURN(tokenizer_, LoadSentencePieceTokenizer(config_.tokenizer_path));
+  FLAME_ASSIGN_OR_RETURN(tokenizer_, LoadTokenizer(config_.tokenizer_path));
   FLAME_RETURN_IF_ERROR(SetupData());
   FLAME_RETURN_IF_ERROR(SetupModel());
   schedule_ = std::make_unique<LrSchedule>(config_.lr_scheduler, config_.training.steps,

@@ -261,5 +261,29 @@ TEST_F(JobFileTest, TheLocalCheckRefusesAMissingDataFile) {
   EXPECT_THAT(status.message(), HasSubstr("missing.jsonl"));
 }
 
+TEST_F(JobFileTest, TheLocalCheckTakesATokenizerJsonOrAFolderWithOne) {
+  absl::StatusOr<flame::v1::JobSpec> spec = Parse(kValidJob);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(MakeDirectories(Path("hf-tokenizer")).ok());
+  ASSERT_TRUE(WriteFileAtomically(Path("hf-tokenizer/tokenizer.json"), "{}").ok());
+  for (const char* path : {"hf-tokenizer", "hf-tokenizer/tokenizer.json"}) {
+    ASSERT_TRUE(ApplyOverride(absl::StrCat("model.tokenizer_path=", path), dir_, &*spec).ok());
+    EXPECT_TRUE(CheckJobSpecLocally(*spec).ok()) << path << ": " << CheckJobSpecLocally(*spec);
+  }
+}
+
+TEST_F(JobFileTest, TheLocalCheckRefusesATokenizerOfNoKnownKind) {
+  absl::StatusOr<flame::v1::JobSpec> spec = Parse(kValidJob);
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  ASSERT_TRUE(MakeDirectories(Path("empty")).ok());
+  for (const char* path : {"data.jsonl", "empty"}) {
+    ASSERT_TRUE(ApplyOverride(absl::StrCat("model.tokenizer_path=", path), dir_, &*spec).ok());
+    const absl::Status status = CheckJobSpecLocally(*spec);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument) << path;
+    EXPECT_THAT(status.message(), HasSubstr("model.tokenizer_path")) << path;
+    EXPECT_THAT(status.message(), HasSubstr(path));
+  }
+}
+
 }  // namespace
 }  // namespace flame::client

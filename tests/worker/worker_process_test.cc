@@ -194,6 +194,35 @@ TEST(WorkerProcess, ExitsWithCodeThreeWhenItsAttemptIsStale) {
   EXPECT_TRUE(fake.finishes().empty());
 }
 
+TEST(WorkerProcess, TrainsWithAHuggingFaceTokenizerFolder) {
+  TempDir dir;
+  flame::v1::JobSpec spec = DemoSpec(5);
+  spec.mutable_model()->set_tokenizer_path(testing::DemoData("fortunes-llama3"));
+  FakeCoordinator fake(spec, 1, dir.path() + "/dump");
+  fake.Start();
+  WorkerProcess worker(fake.address(), 0, 1, 0, dir.path() + "/rank0.log");
+  ASSERT_EQ(worker.Wait(), 0) << worker.Log();
+  ASSERT_EQ(fake.finishes().size(), 1u);
+  EXPECT_EQ(fake.finishes()[0].reason(), flame::v1::FINISH_REASON_COMPLETED);
+  EXPECT_EQ(fake.progress().back().progress().tokens(), 5 * 2 * 64);
+}
+
+TEST(WorkerProcess, RefusesAnUnsupportedTokenizerJsonByName) {
+  TempDir dir;
+  const std::string tokenizer = dir.path() + "/tokenizer.json";
+  std::ofstream(tokenizer) << R"({"model": {"type": "WordPiece", "vocab": {"a": 0}}})";
+  flame::v1::JobSpec spec = DemoSpec(5);
+  spec.mutable_model()->set_tokenizer_path(tokenizer);
+  FakeCoordinator fake(spec, 1, dir.path() + "/dump");
+  fake.Start();
+  WorkerProcess worker(fake.address(), 0, 1, 0, dir.path() + "/rank0.log");
+  EXPECT_EQ(worker.Wait(), 1) << worker.Log();
+  ASSERT_EQ(fake.finishes().size(), 1u);
+  EXPECT_NE(fake.finishes()[0].message().find("\"WordPiece\" is not supported"),
+            std::string::npos)
+      << fake.finishes()[0].message();
+}
+
 TEST(WorkerProcess, ReportsATrainingErrorThroughFinishAndExitsNonZero) {
   TempDir dir;
   flame::v1::JobSpec spec = DemoSpec(6);

@@ -1,7 +1,9 @@
 // Text -> token ids for the data pipeline.
 //
-// Encode follows the Llama/Mistral tokenizers that flame's configs use: a BOS id is prepended and
-// no EOS is appended (documents packed back to back are separated by the next one's BOS).
+// Encode follows the tokenizer's own defaults for special tokens, as flame's HF tokenizers do:
+// the Llama/Mistral SentencePiece models and Llama-3-style tokenizer.json files prepend a BOS and
+// append no EOS (documents packed back to back are separated by the next one's BOS).
+// tokenizer_factory.h picks the implementation from model.tokenizer_path.
 #pragma once
 
 #include <cstdint>
@@ -26,5 +28,10 @@ class Tokenizer {
 
 // Loads a SentencePiece .model file. Encode is const and safe to call from several threads.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadSentencePieceTokenizer(const std::string& path);
+
+// Loads a Hugging Face tokenizer.json with a BPE model (bpe_tokenizer.h), or the tokenizer.json
+// of a folder. A tokenizer_config.json beside it names the EOS token. Constructs the file uses
+// that flame does not implement are refused by name. Encode is safe to call from several threads.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadBpeTokenizer(const std::string& path);
 
 }  // namespace flame::worker
