@@ -17,13 +17,21 @@ using testing::SourcePath;
 using testing::TempDir;
 
 // Mean loss of the first step and of the last three, after `steps` steps of `model_config`.
-void ExpectLossFalls(const std::string& model_config, int64_t steps) {
+// `varlen`: the same 512 tokens per step as one packed row of documents split every 64 tokens,
+// so every step runs the models' cu_seqlens path.
+void ExpectLossFalls(const std::string& model_config, int64_t steps, bool varlen = false) {
   TempDir dir;
   TrainConfig config = DemoTrainConfig(dir.path());
   config.model_config = SourcePath(model_config);
   config.training.steps = steps;
   // Twice the demo batch at twice its peak rate: the loss falls faster and less noisily.
   config.training.batch_size = 8;
+  if (varlen) {
+    config.training.varlen = true;
+    config.training.batch_size = 1;
+    config.training.seq_len = 512;
+    config.training.context_len = 64;
+  }
   config.optimizer.lr = 6e-3;
   config.checkpoint.enable_checkpoint = false;
   LocalCommunicator communicator;
@@ -48,6 +56,14 @@ TEST(AttentionFamiliesTraining, TransformerLowersTheLossOnTheDemoCorpus) {
 
 TEST(AttentionFamiliesTraining, RetNetLowersTheLossOnTheDemoCorpus) {
   ExpectLossFalls("configs/models/retnet_tiny.json", 60);
+}
+
+TEST(AttentionFamiliesTraining, TransformerLearnsFromPackedVarlenRows) {
+  ExpectLossFalls("configs/models/transformer_tiny.json", 60, /*varlen=*/true);
+}
+
+TEST(AttentionFamiliesTraining, RetNetLearnsFromPackedVarlenRows) {
+  ExpectLossFalls("configs/models/retnet_tiny.json", 60, /*varlen=*/true);
 }
 
 }  // namespace
