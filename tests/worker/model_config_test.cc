@@ -85,7 +85,6 @@ TEST(ModelConfig, RejectsBadInputByKey) {
   ExpectError("[1, 2]", "must be a JSON object");
   ExpectError("{}", "model_type is required");
   ExpectError(R"({"model_type": "mamba9"})", "\"mamba9\" is unknown");
-  ExpectError(R"({"model_type": "retnet"})", "\"retnet\" is not supported yet");
   ExpectError(R"({"model_type": "gla", "hidden_size": "big"})", "hidden_size must be an integer");
   ExpectError(R"({"model_type": "gla", "hidden_size": 0})", "hidden_size must be positive");
   ExpectError(R"({"model_type": "gla", "norm_eps": -1})", "norm_eps must be positive");

@@ -28,6 +28,12 @@ class FieldReader {
     return root_.contains(key) && !root_.at(key).is_null();
   }
 
+  // Written as null: some fla defaults differ between "absent" (the config class's default) and
+  // null (the layer's default).
+  bool IsNull(const std::string& key) const {
+    return root_.contains(key) && root_.at(key).is_null();
+  }
+
   // Leaves *out unchanged when the key is absent or null (fla's default applies).
   absl::Status Int(const std::string& key, int64_t* out) const {
     if (!IsSet(key)) return absl::OkStatus();
@@ -190,6 +196,110 @@ absl::Status ParseGla(const FieldReader& r, ModelConfig* c) {
   return absl::OkStatus();
 }
 
+absl::Status ParseTransformer(const FieldReader& r, ModelConfig* c) {
+  TransformerOptions& t = c->transformer;
+  FLAME_RETURN_IF_ERROR(r.Int("num_heads", &t.num_heads));
+  t.num_kv_heads = t.num_heads;
+  FLAME_RETURN_IF_ERROR(r.Int("num_kv_heads", &t.num_kv_heads));
+  FLAME_RETURN_IF_ERROR(r.Bool("qkv_bias", &t.qkv_bias));
+  FLAME_RETURN_IF_ERROR(r.Bool("qk_norm", &t.qk_norm));
+  FLAME_RETURN_IF_ERROR(r.OptionalInt("window_size", &t.window_size));
+  FLAME_RETURN_IF_ERROR(r.Number("rope_theta", &t.rope_theta));
+  FLAME_RETURN_IF_ERROR(r.Int("max_position_embeddings", &t.max_position_embeddings));
+  // fla's Attention always applies RoPE: a null base would fail there too.
+  if (r.IsNull("rope_theta")) return r.Error("rope_theta", "must be a number, not null");
+  // flame's configs carry HF's attention_bias, which TransformerConfig never reads (its switch
+  // is qkv_bias): false is what fla does; true would silently do nothing, so it is refused.
+  bool attention_bias = false;
+  FLAME_RETURN_IF_ERROR(r.Bool("attention_bias", &attention_bias));
+  if (attention_bias) {
+    return r.Error("attention_bias", "is not read by fla's transformer; use qkv_bias instead");
+  }
+  bool elementwise_affine = true;  // in TransformerConfig, but no transformer layer reads it
+  FLAME_RETURN_IF_ERROR(r.Bool("elementwise_affine", &elementwise_affine));
+
+  FLAME_RETURN_IF_ERROR(r.Positive("num_heads", t.num_heads));
+  FLAME_RETURN_IF_ERROR(r.Positive("num_kv_heads", t.num_kv_heads));
+  FLAME_RETURN_IF_ERROR(r.Positive("rope_theta", t.rope_theta));
+  FLAME_RETURN_IF_ERROR(r.Positive("max_position_embeddings", t.max_position_embeddings));
+  if (t.window_size) FLAME_RETURN_IF_ERROR(r.Positive("window_size", *t.window_size));
+  if (t.num_heads % t.num_kv_heads != 0) {
+    return r.Error("num_kv_heads", absl::StrCat("must divide num_heads (", t.num_heads, ")"));
+  }
+  if (c->hidden_size % t.num_heads != 0) {
+    return r.Error("num_heads", absl::StrCat("must divide hidden_size (", c->hidden_size, ")"));
+  }
+  if (t.HeadDim(c->hidden_size) % 2 != 0) {
+    return r.Error("num_heads", absl::StrCat("gives a head dim of ", t.HeadDim(c->hidden_size),
+                                             ", which must be even for RoPE"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ParseRetNet(const FieldReader& r, ModelConfig* c) {
+  RetNetOptions& o = c->retnet;
+  // RetNetConfig's MLP default is hidden_ratio 2; an explicit null reaches fla's GatedMLP, whose
+  // own default (4, already in ModelConfig) applies.
+  if (!r.IsSet("hidden_ratio") && !r.IsNull("hidden_ratio")) c->hidden_ratio = 2;
+  FLAME_RETURN_IF_ERROR(r.Int("num_heads", &o.num_heads));
+  o.num_kv_heads = o.num_heads;
+  FLAME_RETURN_IF_ERROR(r.Int("num_kv_heads", &o.num_kv_heads));
+  FLAME_RETURN_IF_ERROR(r.Number("expand_k", &o.expand_k));
+  FLAME_RETURN_IF_ERROR(r.Number("expand_v", &o.expand_v));
+  FLAME_RETURN_IF_ERROR(r.String("feature_map", &o.feature_map));
+  FLAME_RETURN_IF_ERROR(r.Bool("use_output_gate", &o.use_output_gate));
+  FLAME_RETURN_IF_ERROR(r.Bool("elementwise_affine", &o.elementwise_affine));
+  int64_t max_position_embeddings = 2048, conv_size = 4;  // read by no RetNet layer
+  FLAME_RETURN_IF_ERROR(r.Int("max_position_embeddings", &max_position_embeddings));
+  FLAME_RETURN_IF_ERROR(r.Int("conv_size", &conv_size));
+  std::string attn_mode = "chunk";
+  FLAME_RETURN_IF_ERROR(r.String("attn_mode", &attn_mode));
+  // All four modes compute the same retention; they differ only in which kernel runs.
+  if (attn_mode != "chunk" && attn_mode != "fused_chunk" && attn_mode != "parallel" &&
+      attn_mode != "fused_recurrent") {
+    return r.Error("attn_mode", "must be chunk, fused_chunk, parallel or fused_recurrent");
+  }
+  // RetNetConfig has use_short_conv, but fla's RetNetBlock does not hand it to the layer, so an
+  // fla RetNet never has a short convolution. Refused rather than silently ignored.
+  bool use_short_conv = false;
+  FLAME_RETURN_IF_ERROR(r.Bool("use_short_conv", &use_short_conv));
+  if (use_short_conv) {
+    return r.Error("use_short_conv",
+                   "has no effect in fla's RetNet (the block never passes it to the layer); "
+                   "remove it or set it to false");
+  }
+
+  FLAME_RETURN_IF_ERROR(r.Positive("num_heads", o.num_heads));
+  FLAME_RETURN_IF_ERROR(r.Positive("num_kv_heads", o.num_kv_heads));
+  FLAME_RETURN_IF_ERROR(r.Positive("expand_k", o.expand_k));
+  FLAME_RETURN_IF_ERROR(r.Positive("expand_v", o.expand_v));
+  if (o.num_heads % o.num_kv_heads != 0) {
+    return r.Error("num_kv_heads", absl::StrCat("must divide num_heads (", o.num_heads, ")"));
+  }
+  const int64_t key_dim = o.KeyDim(c->hidden_size), value_dim = o.ValueDim(c->hidden_size);
+  if (key_dim <= 0 || key_dim % o.num_heads != 0) {
+    return r.Error("expand_k", absl::StrCat("gives a key dim of ", key_dim,
+                                            ", which must be a positive multiple of num_heads"));
+  }
+  if (value_dim <= 0 || value_dim % o.num_heads != 0) {
+    return r.Error("expand_v", absl::StrCat("gives a value dim of ", value_dim,
+                                            ", which must be a positive multiple of num_heads"));
+  }
+  const int64_t head_k_dim = o.HeadKeyDim(c->hidden_size);
+  if (head_k_dim % 2 != 0 || head_k_dim > RetNetOptions::kMaxHeadKeyDim) {
+    return r.Error("expand_k", absl::StrCat("gives a head key dim of ", head_k_dim,
+                                            ", which must be even (RoPE) and at most ",
+                                            RetNetOptions::kMaxHeadKeyDim));
+  }
+  if (!o.feature_map.empty() && o.feature_map != "relu" && o.feature_map != "swish" &&
+      o.feature_map != "silu" && o.feature_map != "sigmoid") {
+    return r.Error("feature_map", absl::StrCat("\"", o.feature_map,
+                                               "\" is not supported (null, relu, swish, silu, "
+                                               "sigmoid)"));
+  }
+  return absl::OkStatus();
+}
+
 struct FamilyEntry {
   ModelFamily family;
   std::function<absl::Status(const FieldReader&, ModelConfig*)> parse;
@@ -200,6 +310,8 @@ struct FamilyEntry {
 const std::map<std::string, FamilyEntry>& Families() {
   static const auto* families = new std::map<std::string, FamilyEntry>{
       {"gla", {ModelFamily::kGla, ParseGla}},
+      {"transformer", {ModelFamily::kTransformer, ParseTransformer}},
+      {"retnet", {ModelFamily::kRetNet, ParseRetNet}},
   };
   return *families;
 }
@@ -263,6 +375,17 @@ std::string DescribeModelConfig(const ModelConfig& c) {
   if (c.family == ModelFamily::kGla) {
     absl::StrAppend(&text, ", heads ", c.gla.num_heads, ", key dim ", c.gla.KeyDim(c.hidden_size),
                     ", value dim ", c.gla.ValueDim(c.hidden_size));
+  }
+  if (c.family == ModelFamily::kTransformer) {
+    absl::StrAppend(&text, ", heads ", c.transformer.num_heads, " (kv ", c.transformer.num_kv_heads,
+                    "), head dim ", c.transformer.HeadDim(c.hidden_size), ", rope theta ",
+                    c.transformer.rope_theta);
+    if (c.transformer.window_size) absl::StrAppend(&text, ", window ", *c.transformer.window_size);
+  }
+  if (c.family == ModelFamily::kRetNet) {
+    absl::StrAppend(&text, ", heads ", c.retnet.num_heads, ", key dim ",
+                    c.retnet.KeyDim(c.hidden_size), ", value dim ",
+                    c.retnet.ValueDim(c.hidden_size));
   }
   return text;
 }

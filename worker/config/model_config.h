@@ -14,10 +14,12 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/config/retnet_options.h"
+#include "worker/config/transformer_options.h"
 
 namespace flame::worker {
 
-enum class ModelFamily { kGla };
+enum class ModelFamily { kGla, kTransformer, kRetNet };
 
 // GatedLinearAttention (fla/layers/gla.py) options.
 struct GlaOptions {
@@ -57,6 +59,8 @@ struct ModelConfig {
   // safetensors export must reproduce.
   bool fuse_norm = true;
   GlaOptions gla;
+  TransformerOptions transformer;
+  RetNetOptions retnet;
 
   // SwiGLU width: intermediate_size, else 256 * ceil(int(hidden * ratio * 2/3) / 256) (fla's
   // GatedMLP).

@@ -5,6 +5,8 @@
 
 #include "worker/model/gla_model.h"
 #include "worker/model/layers.h"
+#include "worker/model/retnet_model.h"
+#include "worker/model/transformer_model.h"
 
 namespace flame::worker::model {
 
@@ -13,6 +15,12 @@ std::shared_ptr<CausalLm> BuildCausalLm(const ModelConfig& config, uint64_t seed
   switch (config.family) {
     case ModelFamily::kGla:
       model = std::make_shared<GlaForCausalLm>(config);
+      break;
+    case ModelFamily::kTransformer:
+      model = MakeTransformerLm(config);
+      break;
+    case ModelFamily::kRetNet:
+      model = MakeRetNetLm(config);
       break;
   }
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
