@@ -2,7 +2,9 @@
 #include <filesystem>
 #include <system_error>
 
+#include "absl/strings/str_cat.h"
 #include "client/commands.h"
+#include "client/flame_args.h"
 #include "client/job_file.h"
 #include "client/json_output.h"
 #include "client/render.h"
@@ -31,19 +33,44 @@ absl::StatusOr<std::string> CurrentDirectory() {
   return cwd.string();
 }
 
-// The spec as the user wrote it: the file, then each --set in order, then --name.
+// The job file named either as FILE or as flame's --job.config_file, not both.
+absl::StatusOr<std::string> JobFilePath(const SubmitOptions& options, const FlameArguments& flame) {
+  if (flame.config_file.empty()) {
+    if (options.job_file.empty() && options.flame_args.empty()) {
+      return absl::InvalidArgumentError(
+          "submit needs a job file: flamectl submit FILE, or flame's --job.config_file FILE");
+    }
+    return options.job_file;
+  }
+  if (!options.job_file.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("two job files: ", options.job_file,
+                                                   " and --job.config_file ", flame.config_file,
+                                                   "; give one"));
+  }
+  return flame.config_file;
+}
+
+}  // namespace
+
+// The spec as the user wrote it, flame's precedence (command line over TOML): the file, then
+// the flame-style arguments and each --set in order, then --name.
 absl::StatusOr<flame::v1::JobSpec> BuildJobSpec(const SubmitOptions& options) {
-  FLAME_ASSIGN_OR_RETURN(flame::v1::JobSpec spec, ReadJobFile(options.job_file));
+  FLAME_ASSIGN_OR_RETURN(const FlameArguments flame, ParseFlameArguments(options.flame_args));
+  FLAME_ASSIGN_OR_RETURN(const std::string job_file, JobFilePath(options, flame));
+  flame::v1::JobSpec spec;
+  if (!job_file.empty()) {
+    FLAME_ASSIGN_OR_RETURN(spec, ReadJobFile(job_file));
+  }
   FLAME_ASSIGN_OR_RETURN(const std::string cwd, CurrentDirectory());
+  FLAME_RETURN_IF_ERROR(ApplyFlameArguments(flame, cwd, &spec));
   for (const std::string& assignment : options.overrides) {
     FLAME_RETURN_IF_ERROR(ApplyOverride(assignment, cwd, &spec));
   }
+  if (!options.flame_args.empty()) FLAME_RETURN_IF_ERROR(ApplyNgpu(options.ngpu, &spec));
   if (!options.name.empty()) spec.set_name(options.name);
   if (!options.skip_local_check) FLAME_RETURN_IF_ERROR(CheckJobSpecLocally(spec));
   return spec;
 }
-
-}  // namespace
 
 absl::StatusOr<ExitCode> RunSubmit(const CommandContext& context, const SubmitOptions& options) {
   flame::v1::SubmitJobRequest request;

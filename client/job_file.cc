@@ -68,6 +68,24 @@ std::optional<SpecValue> ToSpecValue(const toml::node& node) {
   return std::nullopt;
 }
 
+// A TOML array for a list key: its strings and numbers joined with commas, as flame's
+// command line writes lists. Nested arrays or tables are not a list of values.
+std::optional<SpecValue> JoinArray(const toml::array& array) {
+  std::vector<std::string> parts;
+  for (const toml::node& element : array) {
+    if (const auto* text = element.as_string()) {
+      parts.push_back(text->get());
+    } else if (const auto* integer = element.as_integer()) {
+      parts.push_back(absl::StrCat(integer->get()));
+    } else if (const auto* real = element.as_floating_point()) {
+      parts.push_back(absl::StrCat(real->get()));
+    } else {
+      return std::nullopt;
+    }
+  }
+  return SpecValue(absl::StrJoin(parts, ","));
+}
+
 std::string DescribeNode(const toml::node& node) {
   switch (node.type()) {
     case toml::node_type::table:
@@ -100,7 +118,8 @@ void ParseSection(const std::string& section, const toml::table& table,
       problems->Add(name.source(), key.status().message());
       continue;
     }
-    std::optional<SpecValue> value = ToSpecValue(node);
+    std::optional<SpecValue> value =
+        node.is_array() && IsListKey(*key) ? JoinArray(*node.as_array()) : ToSpecValue(node);
     if (!value.has_value()) {
       problems->Add(node.source(),
                     absl::StrCat(key->FullName(), " must be ", ExpectedTypeName(*key), " (got ",
@@ -171,8 +190,13 @@ absl::StatusOr<JobSpec> ReadJobFile(const std::string& path) {
   if (!text.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("cannot read job file ", path));
   }
-  const std::string base_dir = std::filesystem::path(AbsolutePath(path)).parent_path().string();
-  return ParseJobToml(*text, path, base_dir);
+  const std::string absolute = AbsolutePath(path);
+  const std::string base_dir = std::filesystem::path(absolute).parent_path().string();
+  absl::StatusOr<JobSpec> spec = ParseJobToml(*text, path, base_dir);
+  // job.config_file records the file that was read, whatever the file itself says (flame, too,
+  // loads only the file named on its command line).
+  if (spec.ok()) spec->mutable_job()->set_config_file(absolute);
+  return spec;
 }
 
 absl::Status ApplyOverride(absl::string_view assignment, const std::string& base_dir,
@@ -191,6 +215,11 @@ absl::Status ApplyOverride(absl::string_view assignment, const std::string& base
   }
   const std::vector<absl::string_view> parts = absl::StrSplit(name, '.');
   if (parts.size() != 2 || parts[0].empty() || parts[1].empty()) return usage();
+  if (name == "job.config_file") {
+    // It names the file to read first; an override comes too late to be read.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--set ", assignment, ": give the job file as FILE or as --job.config_file FILE"));
+  }
 
   const auto where = [assignment](const absl::Status& status) {
     return absl::InvalidArgumentError(absl::StrCat("--set ", assignment, ": ", status.message()));

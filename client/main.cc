@@ -8,10 +8,12 @@
 #include <exception>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_split.h"
 #include "client/commands.h"
 #include "client/exit_codes.h"
+#include "client/flame_args.h"
 
 namespace flame::client {
 namespace {
@@ -23,7 +25,11 @@ constexpr char kFooter[] =
     "\n"
     "-o json prints flame.v1 messages in protobuf's JSON mapping with the .proto field names\n"
     "(64-bit integers as strings, enums by name): a Job for submit, status, cancel, pause and\n"
-    "resume; {\"jobs\": [Job, ...]} for list; one Job per line for watch.\n\n";
+    "resume; {\"jobs\": [Job, ...]} for list; one Job per line for watch.\n"
+    "\n"
+    "submit also takes flame's arguments: --job.config_file FILE --training.steps 100\n"
+    "--training.varlen ... (command line over TOML; a flag alone means true). With them, $NGPU\n"
+    "sets resources.ranks when nothing else does.\n\n";
 
 std::string EnvOrEmpty(const char* name) {
   const char* value = std::getenv(name);
@@ -59,8 +65,11 @@ int Run(int argc, char** argv) {
       ->check(CLI::IsMember({"table", "json"}));
 
   SubmitOptions submit;
-  CLI::App* submit_cmd = app.add_subcommand("submit", "submit a job file (TOML)");
-  submit_cmd->add_option("file", submit.job_file, "job file")->required();
+  CLI::App* submit_cmd = app.add_subcommand(
+      "submit",
+      "submit a job file (TOML); flame's own arguments also work: flamectl submit -- "
+      "--job.config_file FILE --section.key value ...");
+  submit_cmd->add_option("file", submit.job_file, "job file");
   submit_cmd->add_option("--set", submit.overrides, "override: section.key=value (repeatable)")
       ->allow_extra_args(false);
   submit_cmd->add_option("--name", submit.name, "job name (overrides the file's name)");
@@ -85,8 +94,14 @@ int Run(int argc, char** argv) {
   logs_cmd->add_option("--rank", logs.rank, "rank whose log to print")->capture_default_str();
   logs_cmd->add_flag("-f,--follow", logs.follow, "keep printing until the job ends");
 
+  // flame-style --section.key arguments are taken out first: CLI11 knows only flamectl's own.
+  SplitCommandLine split = SplitFlameArguments(std::vector<std::string>(argv, argv + argc));
+  submit.flame_args = split.flame;
+  if (const char* ngpu = std::getenv("NGPU"); ngpu != nullptr) submit.ngpu = ngpu;
+  std::vector<char*> own_argv;
+  for (std::string& arg : split.own) own_argv.push_back(arg.data());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(own_argv.size()), own_argv.data());
   } catch (const CLI::ParseError& error) {
     // --help exits 0; every other parse error is a usage error.
     return app.exit(error) == 0 ? ToInt(ExitCode::kOk) : ToInt(ExitCode::kUsage);

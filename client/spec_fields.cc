@@ -22,59 +22,30 @@ using google::protobuf::FieldDescriptor;
 using google::protobuf::Message;
 using google::protobuf::Reflection;
 
-// flame options (reference/flame.md §1) that flame-the-service does not implement yet; ".*"
-// covers a whole section. They are refused, not ignored: dropping a setting silently would train
-// something other than what the user asked for. A key that JobSpec gains must leave this table
-// (a unit test checks that no entry is also a supported key).
-constexpr absl::string_view kUnsupportedFlameKeys[] = {
-    "job.config_file",
-    "job.use_for_integration_test",
+// flame's store_false alias: `--checkpoint.no_initial_load_model_weights_only` sets
+// checkpoint.initial_load_model_weights_only to false. The alias is not a JobSpec field.
+struct NegatedAlias {
+  absl::string_view section;
+  absl::string_view alias;
+  absl::string_view field;
+};
+constexpr NegatedAlias kNegatedAliases[] = {
+    {"checkpoint", "no_initial_load_model_weights_only", "initial_load_model_weights_only"},
+};
+
+// flame's string_list options and per-dataset lists: comma-separated, and in a job file also
+// a TOML array, whose elements are joined with commas.
+constexpr absl::string_view kListKeys[] = {
     "model.converters",
-    "model.print_after_conversion",
-    "optimizer.implementation",
-    "optimizer.early_step_in_backward",
+    "training.dataset",
     "training.dataset_name",
     "training.dataset_split",
     "training.data_dir",
     "training.data_files",
     "training.data_probs",
-    "training.streaming",
-    "training.prefetch_factor",
-    "training.data_parallel_replicate_degree",
-    "training.data_parallel_shard_degree",
-    "training.enable_cpu_offload",
-    "training.tensor_parallel_degree",
-    "training.disable_loss_parallel",
-    "training.fsdp_reshard_after_forward",
-    "training.mixed_precision_param",
-    "training.mixed_precision_reduce",
-    "training.compile",
-    "training.gc_freq",
-    "training.pin_memory",
-    "training.persistent_workers",
-    "metrics.enable_tensorboard",
-    "metrics.disable_color_printing",
-    "metrics.save_tb_folder",
-    "metrics.save_for_all_ranks",
-    "metrics.enable_wandb",
-    "checkpoint.initial_load_path",
-    "checkpoint.initial_load_model_weights_only",
-    "checkpoint.no_initial_load_model_weights_only",
-    "checkpoint.last_save_model_weights_only",
-    "checkpoint.export_dtype",
-    "checkpoint.create_seed_checkpoint",
-    "checkpoint.async_mode",
+    "experimental.pipeline_parallel_split_points",
     "checkpoint.exclude_from_loading",
-    "checkpoint.interval_type",
-    "checkpoint.model_weights_only",
-    "profiling.*",
-    "experimental.*",
-    "activation_checkpoint.*",
-    "activation_offload.*",
-    "float8.*",
-    "comm.*",
-    "memory_estimation.*",
-    "fault_tolerance.*",
+    "metrics.eval_dataset",
 };
 
 // Keys whose values are paths; `true` marks a comma-separated list of paths.
@@ -84,9 +55,12 @@ struct PathKey {
 };
 constexpr PathKey kPathKeys[] = {
     {"job.dump_folder", false},
+    {"job.config_file", false},
     {"model.config", false},
     {"model.tokenizer_path", false},
     {"training.dataset", true},
+    {"checkpoint.initial_load_path", false},
+    {"metrics.eval_dataset", true},
 };
 
 const Descriptor* SpecDescriptor() { return flame::v1::JobSpec::descriptor(); }
@@ -105,19 +79,6 @@ std::vector<std::string> SectionNames() {
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE) names.push_back(field->name());
   }
   return names;
-}
-
-bool IsUnsupportedFlameSection(absl::string_view section) {
-  const std::string prefix = absl::StrCat(section, ".");
-  for (absl::string_view entry : kUnsupportedFlameKeys) {
-    if (absl::StartsWith(entry, prefix)) return true;
-  }
-  return false;
-}
-
-absl::Status NotSupportedYet(absl::string_view section, absl::string_view key) {
-  return absl::InvalidArgumentError(
-      absl::StrCat(section, ".", key, " is a flame option that is not supported yet"));
 }
 
 absl::Status UnknownSection(absl::string_view section) {
@@ -172,26 +133,27 @@ std::string ResolvePathValue(const SpecKey& key, const std::string& value,
 
 }  // namespace
 
-std::string SpecKey::FullName() const { return absl::StrCat(section->name(), ".", field->name()); }
+std::string SpecKey::FullName() const {
+  return absl::StrCat(section->name(), ".", negated ? "no_" : "", field->name());
+}
 
 absl::Status CheckSection(absl::string_view section) {
   if (FindSection(section) != nullptr) return absl::OkStatus();
-  if (IsUnsupportedFlameSection(section)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("[", section, "] is a flame section that is not supported yet"));
-  }
   return UnknownSection(section);
 }
 
 absl::StatusOr<SpecKey> FindSpecKey(absl::string_view section, absl::string_view key) {
   const FieldDescriptor* section_field = FindSection(section);
-  if (section_field == nullptr) {
-    if (IsUnsupportedFlameKey(section, key)) return NotSupportedYet(section, key);
-    return UnknownSection(section);
+  if (section_field == nullptr) return UnknownSection(section);
+  const Descriptor* fields = section_field->message_type();
+  for (const NegatedAlias& alias : kNegatedAliases) {
+    if (alias.section == section && alias.alias == key) {
+      return SpecKey{section_field, fields->FindFieldByName(std::string(alias.field)),
+                     /*negated=*/true};
+    }
   }
-  const FieldDescriptor* field = section_field->message_type()->FindFieldByName(std::string(key));
+  const FieldDescriptor* field = fields->FindFieldByName(std::string(key));
   if (field == nullptr) {
-    if (IsUnsupportedFlameKey(section, key)) return NotSupportedYet(section, key);
     std::string message = absl::StrCat("unknown key ", section, ".", key);
     if (std::optional<std::string> match = SuggestSpecKey(section, key)) {
       absl::StrAppend(&message, " (did you mean ", *match, "?)");
@@ -211,6 +173,9 @@ std::vector<std::string> AllSpecKeys() {
     const Descriptor* message = FindSection(section)->message_type();
     for (int i = 0; i < message->field_count(); ++i) {
       keys.push_back(absl::StrCat(section, ".", message->field(i)->name()));
+    }
+    for (const NegatedAlias& alias : kNegatedAliases) {
+      if (alias.section == section) keys.push_back(absl::StrCat(section, ".", alias.alias));
     }
   }
   return keys;
@@ -276,7 +241,7 @@ absl::Status SetSpecValue(const SpecKey& key, const SpecValue& value, const std:
     case FieldDescriptor::CPPTYPE_BOOL: {
       const auto* flag = std::get_if<bool>(&value);
       if (flag == nullptr) return WrongType(key, value);
-      reflection->SetBool(section, key.field, *flag);
+      reflection->SetBool(section, key.field, key.negated ? !*flag : *flag);
       return absl::OkStatus();
     }
     case FieldDescriptor::CPPTYPE_STRING: {
@@ -321,11 +286,10 @@ absl::StatusOr<SpecValue> ParseSpecValue(const SpecKey& key, absl::string_view t
   }
 }
 
-bool IsUnsupportedFlameKey(absl::string_view section, absl::string_view key) {
-  const std::string full = absl::StrCat(section, ".", key);
-  const std::string whole_section = absl::StrCat(section, ".*");
-  for (absl::string_view entry : kUnsupportedFlameKeys) {
-    if (entry == full || entry == whole_section) return true;
+bool IsListKey(const SpecKey& key) {
+  const std::string name = key.FullName();
+  for (absl::string_view list_key : kListKeys) {
+    if (list_key == name) return true;
   }
   return false;
 }

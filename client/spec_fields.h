@@ -22,18 +22,22 @@ namespace flame::client {
 struct SpecKey {
   const google::protobuf::FieldDescriptor* section;  // a message field of JobSpec
   const google::protobuf::FieldDescriptor* field;    // a scalar field of that message
-  std::string FullName() const;                      // "training.steps"
+  // flame's store_false alias of a boolean field (checkpoint.no_initial_load_model_weights_only):
+  // setting the key sets the field to the opposite value.
+  bool negated = false;
+  std::string FullName() const;  // "training.steps", or the alias's name
 };
 
 // A value as the user wrote it, before it is checked against the field's type.
 using SpecValue = std::variant<bool, int64_t, double, std::string>;
 
-// Checks that `section` is a JobSpec section. Errors (INVALID_ARGUMENT) say what is wrong:
-// an unknown section (with the closest known one), or a flame section flame does not support.
+// Checks that `section` is a JobSpec section; an unknown one is INVALID_ARGUMENT naming the
+// closest known section. Every section of flame's JobConfig is a JobSpec section.
 absl::Status CheckSection(absl::string_view section);
 
-// Resolves `section.key`. Errors as for CheckSection, plus unknown keys ("unknown key
-// training.stpes (did you mean training.steps?)") and flame options not supported yet.
+// Resolves `section.key`, including flame's alias checkpoint.no_initial_load_model_weights_only.
+// Errors as for CheckSection, plus unknown keys ("unknown key training.stpes (did you mean
+// training.steps?)"). Whether a value is acceptable is ValidateJobSpec's business.
 absl::StatusOr<SpecKey> FindSpecKey(absl::string_view section, absl::string_view key);
 
 // What the user probably meant by `section.key`: the same key name in another section ("lr" in
@@ -57,11 +61,12 @@ absl::Status SetSpecValue(const SpecKey& key, const SpecValue& value, const std:
 // itself for strings.
 absl::StatusOr<SpecValue> ParseSpecValue(const SpecKey& key, absl::string_view text);
 
-// True for a flame option (reference/flame.md §1) that flame-the-service does not support yet;
-// such keys are refused with a message saying so rather than as typos.
-bool IsUnsupportedFlameKey(absl::string_view section, absl::string_view key);
+// True for comma-separated list keys (flame's string_list options and per-dataset lists), which
+// a job file may also write as a TOML array.
+bool IsListKey(const SpecKey& key);
 
-// True for keys whose values are file system paths (training.dataset: a comma-separated list).
+// True for keys whose values are file system paths (training.dataset and metrics.eval_dataset
+// are comma-separated lists of paths).
 bool IsPathKey(const SpecKey& key);
 
 }  // namespace flame::client

@@ -14,8 +14,11 @@ namespace flame {
 // even to a zero value, are kept.
 void ApplyJobSpecDefaults(flame::v1::JobSpec* spec);
 
-// Checks a resolved spec: ranges, enumerations, and that the files it names exist on this host.
-// Returns INVALID_ARGUMENT naming the key, e.g. "training.steps must be positive (got -5)".
+// Checks a resolved spec: ranges, enumerations, that the files it names exist on this host, and
+// that flame's options the service does not act on keep the values it trains with
+// (common/job_spec_options.h). Returns INVALID_ARGUMENT naming the key, e.g.
+// "training.steps must be positive (got -5)" or "training.tensor_parallel_degree must be 1
+// (got 2): ...".
 absl::Status ValidateJobSpec(const flame::v1::JobSpec& spec);
 
 // Hex SHA-like digest of the resolved spec's deterministic serialisation. Checkpoints record it

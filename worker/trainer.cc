@@ -323,7 +323,7 @@ Directive Trainer::ReduceGradients(Directive local, double* loss) {
 
 absl::Status Trainer::MaybeLog(bool force) {
   const int64_t step = state_.step;
-  if (!(force || step == 1 || step % config_.log_freq == 0)) return absl::OkStatus();
+  if (!(force || step == 1 || step % config_.metrics.log_freq == 0)) return absl::OkStatus();
   // flame: the mean of this rank's step losses since the last log, averaged over ranks, and
   // their maximum over ranks.
   const std::vector<double>& losses = window_.local_losses;

@@ -155,8 +155,9 @@ TEST_F(JobFileTest, AWrongTypeNamesTheKeyAndTheExpectedType) {
               HasSubstr("optimizer.lr must be a number (got true)"));
   EXPECT_THAT(Parse("[model]\nconfig = 3\n").status().message(),
               HasSubstr("model.config must be a string (got 3)"));
-  EXPECT_THAT(Parse("[training]\ndataset = [\"a\", \"b\"]\n").status().message(),
-              HasSubstr("training.dataset must be a string (got an array)"));
+  // An array is a list only for list keys (ListKeysTakeATomlArrayOrACommaSeparatedString).
+  EXPECT_THAT(Parse("[model]\nconfig = [\"a\", \"b\"]\n").status().message(),
+              HasSubstr("model.config must be a string (got an array)"));
 }
 
 TEST_F(JobFileTest, AnIntegerTooLargeForItsFieldIsRefused) {
@@ -170,13 +171,62 @@ TEST_F(JobFileTest, ASyntaxErrorGivesFileLineAndColumn) {
   EXPECT_THAT(spec.status().message(), HasSubstr("job.toml:3:"));
 }
 
-TEST_F(JobFileTest, AFlameOptionNotSupportedYetIsRefusedByName) {
-  EXPECT_THAT(Parse("[training]\ncompile = true\n").status().message(),
-              HasSubstr("training.compile is a flame option that is not supported yet"));
-  EXPECT_THAT(Parse("[float8]\nrecipe_name = \"rowwise\"\n").status().message(),
-              HasSubstr("float8.recipe_name is a flame option that is not supported yet"));
-  EXPECT_THAT(Parse("[activation_checkpoint]\nmode = \"full\"\n").status().message(),
-              HasSubstr("activation_checkpoint.mode is a flame option that is not supported yet"));
+TEST_F(JobFileTest, FlamesOptionsAreKeysAndTheirValuesAreCheckedLocally) {
+  // Every flame option parses; whether its value is one this service trains with is
+  // ValidateJobSpec's call, made by the local check (and by flamed).
+  absl::StatusOr<flame::v1::JobSpec> spec =
+      Parse(std::string(kValidJob) + "[float8]\nrecipe_name = \"rowwise\"\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->float8().recipe_name(), "rowwise");
+  EXPECT_THAT(CheckJobSpecLocally(*spec).message(),
+              HasSubstr("float8.recipe_name must be unset (got \"rowwise\")"));
+}
+
+TEST_F(JobFileTest, ListKeysTakeATomlArrayOrACommaSeparatedString) {
+  absl::StatusOr<flame::v1::JobSpec> spec = Parse(R"(
+[training]
+dataset = ["a.jsonl", "b.jsonl"]
+data_probs = [0.75, 1]
+[checkpoint]
+exclude_from_loading = "optimizer,dataloader"
+)");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_EQ(spec->training().dataset(), Path("a.jsonl") + "," + Path("b.jsonl"));
+  EXPECT_EQ(spec->training().data_probs(), "0.75,1");
+  EXPECT_EQ(spec->checkpoint().exclude_from_loading(), "optimizer,dataloader");
+  EXPECT_THAT(Parse("[training]\nsteps = [1, 2]\n").status().message(),
+              HasSubstr("training.steps must be an integer (got an array)"));
+  EXPECT_THAT(Parse("[training]\ndataset = [[\"a\"]]\n").status().message(),
+              HasSubstr("training.dataset must be a string"));
+}
+
+TEST_F(JobFileTest, TheStoreFalseAliasWorksInAFile) {
+  absl::StatusOr<flame::v1::JobSpec> spec =
+      Parse("[checkpoint]\nno_initial_load_model_weights_only = true\n");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->checkpoint().has_initial_load_model_weights_only());
+  EXPECT_FALSE(spec->checkpoint().initial_load_model_weights_only());
+}
+
+// configs/jobs/fla.toml holds the values of flame's own fla.toml: every key must load, and with
+// local files in place of its hub ids (as flame's commands give them) the spec is valid.
+TEST_F(JobFileTest, FlamesFlaTomlLoads) {
+  absl::StatusOr<flame::v1::JobSpec> spec = ReadJobFile(FLAME_SOURCE_DIR "/configs/jobs/fla.toml");
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->profiling().enable_profiling());
+  EXPECT_EQ(spec->profiling().profile_freq(), 512);
+  EXPECT_TRUE(spec->metrics().enable_wandb());
+  EXPECT_EQ(spec->checkpoint().interval_type(), "steps");
+  EXPECT_FALSE(spec->checkpoint().model_weights_only());
+  EXPECT_EQ(spec->training().dataset_name(), "default");
+  EXPECT_EQ(spec->job().config_file(), FLAME_SOURCE_DIR "/configs/jobs/fla.toml");
+  EXPECT_EQ(spec->job().dump_folder(), FLAME_SOURCE_DIR "/configs/jobs/exp");
+  EXPECT_THAT(CheckJobSpecLocally(*spec).message(), HasSubstr("model.config names a missing file"));
+
+  ASSERT_TRUE(ApplyOverride("model.config=gla.json", dir_, &*spec).ok());
+  ASSERT_TRUE(ApplyOverride("model.tokenizer_path=tok.model", dir_, &*spec).ok());
+  ASSERT_TRUE(ApplyOverride("training.dataset=data.jsonl", dir_, &*spec).ok());
+  EXPECT_TRUE(CheckJobSpecLocally(*spec).ok()) << CheckJobSpecLocally(*spec);
 }
 
 TEST_F(JobFileTest, EveryProblemIsReportedInFileOrder) {
@@ -226,9 +276,11 @@ TEST_F(JobFileTest, SetReportsBadValuesAndKeysInTheSameStyle) {
               HasSubstr("optimizer.lr must be a number"));
   EXPECT_THAT(ApplyOverride("training.stpes=5", "/", &spec).message(),
               HasSubstr("unknown key training.stpes (did you mean training.steps?)"));
-  EXPECT_THAT(ApplyOverride("training.compile=true", "/", &spec).message(),
-              HasSubstr("training.compile is a flame option that is not supported yet"));
+  EXPECT_THAT(ApplyOverride("trainin.compile=true", "/", &spec).message(),
+              HasSubstr("unknown section [trainin] (did you mean [training]?)"));
   EXPECT_EQ(ApplyOverride("training.steps", "/", &spec).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(ApplyOverride("job.config_file=other.toml", "/", &spec).message(),
+              HasSubstr("give the job file as FILE or as --job.config_file FILE"));
   EXPECT_THAT(ApplyOverride("steps=5", "/", &spec).message(),
               HasSubstr("--set expects section.key=value"));
   EXPECT_FALSE(spec.has_training());

@@ -43,7 +43,28 @@ TEST(TrainConfig, DefaultsEqualTheResolvedDefaultsOfAnEmptyJobSpec) {
   EXPECT_EQ(converted.checkpoint.interval, defaults.checkpoint.interval);
   EXPECT_EQ(converted.checkpoint.keep_latest_k, defaults.checkpoint.keep_latest_k);
   EXPECT_EQ(converted.checkpoint.load_step, defaults.checkpoint.load_step);
-  EXPECT_EQ(converted.log_freq, defaults.log_freq);
+  EXPECT_EQ(t.data_probs, d.data_probs);
+  const CheckpointConfig &c = converted.checkpoint, &cd = defaults.checkpoint;
+  EXPECT_EQ(c.initial_load_path, cd.initial_load_path);
+  EXPECT_EQ(c.initial_load_model_weights_only, cd.initial_load_model_weights_only);
+  EXPECT_EQ(c.last_save_model_weights_only, cd.last_save_model_weights_only);
+  EXPECT_EQ(c.export_dtype, cd.export_dtype);
+  EXPECT_EQ(c.create_seed_checkpoint, cd.create_seed_checkpoint);
+  EXPECT_EQ(c.exclude_from_loading, cd.exclude_from_loading);
+  const MetricsConfig &m = converted.metrics, &md = defaults.metrics;
+  EXPECT_EQ(m.log_freq, md.log_freq);
+  EXPECT_EQ(m.enable_tensorboard, md.enable_tensorboard);
+  EXPECT_EQ(m.save_tb_folder, md.save_tb_folder);
+  EXPECT_EQ(m.save_for_all_ranks, md.save_for_all_ranks);
+  EXPECT_EQ(m.enable_wandb, md.enable_wandb);
+  EXPECT_EQ(m.eval_interval, md.eval_interval);
+  EXPECT_EQ(m.eval_dataset, md.eval_dataset);
+  EXPECT_EQ(m.eval_steps, md.eval_steps);
+  EXPECT_EQ(converted.profiling.enable_profiling, defaults.profiling.enable_profiling);
+  EXPECT_EQ(converted.profiling.save_traces_folder, defaults.profiling.save_traces_folder);
+  EXPECT_EQ(converted.profiling.profile_freq, defaults.profiling.profile_freq);
+  EXPECT_EQ(converted.comm.init_timeout_seconds, defaults.comm.init_timeout_seconds);
+  EXPECT_EQ(converted.comm.train_timeout_seconds, defaults.comm.train_timeout_seconds);
   EXPECT_EQ(converted.device, defaults.device);
 }
 
@@ -71,8 +92,59 @@ TEST(TrainConfig, CopiesEverySetFieldAndSplitsTheDatasetList) {
   EXPECT_EQ(config.training.steps, 7);
   EXPECT_TRUE(config.training.varlen);
   EXPECT_EQ(config.checkpoint.load_step, 3);
-  EXPECT_EQ(config.log_freq, 2);
+  EXPECT_EQ(config.metrics.log_freq, 2);
   EXPECT_EQ(config.CheckpointRoot(), "/d/checkpoint");
+}
+
+TEST(TrainConfig, CopiesTheDataCheckpointMetricsProfilingAndCommOptions) {
+  flame::v1::JobSpec spec;
+  spec.mutable_training()->set_dataset("/a.jsonl,/b.jsonl");
+  spec.mutable_training()->set_data_probs("0.75, 0.25");
+  auto* c = spec.mutable_checkpoint();
+  c->set_initial_load_path("/seed/step-0");
+  c->set_initial_load_model_weights_only(false);
+  c->set_last_save_model_weights_only(true);
+  c->set_export_dtype("bfloat16");
+  c->set_create_seed_checkpoint(true);
+  c->set_exclude_from_loading("optimizer, dataloader");
+  auto* m = spec.mutable_metrics();
+  m->set_log_freq(3);
+  m->set_enable_tensorboard(true);
+  m->set_save_tb_folder("board");
+  m->set_save_for_all_ranks(true);
+  m->set_enable_wandb(true);
+  m->set_eval_interval(50);
+  m->set_eval_dataset("/e1.jsonl,/e2.txt");
+  m->set_eval_steps(4);
+  auto* p = spec.mutable_profiling();
+  p->set_enable_profiling(true);
+  p->set_save_traces_folder("traces");
+  p->set_profile_freq(512);
+  spec.mutable_comm()->set_init_timeout_seconds(600);
+  spec.mutable_comm()->set_train_timeout_seconds(30);
+
+  const TrainConfig config = TrainConfigFromSpec(spec);
+  EXPECT_EQ(config.training.data_probs, (std::vector<double>{0.75, 0.25}));
+  EXPECT_EQ(config.checkpoint.initial_load_path, "/seed/step-0");
+  EXPECT_FALSE(config.checkpoint.initial_load_model_weights_only);
+  EXPECT_TRUE(config.checkpoint.last_save_model_weights_only);
+  EXPECT_EQ(config.checkpoint.export_dtype, "bfloat16");
+  EXPECT_TRUE(config.checkpoint.create_seed_checkpoint);
+  EXPECT_EQ(config.checkpoint.exclude_from_loading,
+            (std::vector<std::string>{"optimizer", "dataloader"}));
+  EXPECT_EQ(config.metrics.log_freq, 3);
+  EXPECT_TRUE(config.metrics.enable_tensorboard);
+  EXPECT_EQ(config.metrics.save_tb_folder, "board");
+  EXPECT_TRUE(config.metrics.save_for_all_ranks);
+  EXPECT_TRUE(config.metrics.enable_wandb);
+  EXPECT_EQ(config.metrics.eval_interval, 50);
+  EXPECT_EQ(config.metrics.eval_dataset, (std::vector<std::string>{"/e1.jsonl", "/e2.txt"}));
+  EXPECT_EQ(config.metrics.eval_steps, 4);
+  EXPECT_TRUE(config.profiling.enable_profiling);
+  EXPECT_EQ(config.profiling.save_traces_folder, "traces");
+  EXPECT_EQ(config.profiling.profile_freq, 512);
+  EXPECT_EQ(config.comm.init_timeout_seconds, 600);
+  EXPECT_EQ(config.comm.train_timeout_seconds, 30);
 }
 
 TEST(TrainConfig, ValidationNamesTheBadKey) {

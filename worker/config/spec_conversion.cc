@@ -1,12 +1,23 @@
 #include "worker/config/spec_conversion.h"
 
 #include <string>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 
 namespace flame::worker {
 namespace {
+
+// The trimmed, non-empty entries of a comma-separated list.
+std::vector<std::string> SplitList(absl::string_view csv) {
+  std::vector<std::string> entries;
+  for (absl::string_view part : absl::StrSplit(csv, ',', absl::SkipWhitespace())) {
+    entries.emplace_back(absl::StripAsciiWhitespace(part));
+  }
+  return entries;
+}
 
 // `dst = src.field()` when the optional proto field is present.
 #define FLAME_COPY_IF_SET(dst, src, field) \
@@ -40,9 +51,12 @@ void CopyTraining(const flame::v1::TrainingSection& s, TrainingConfig* o) {
   FLAME_COPY_IF_SET(o->seed, s, seed);
   FLAME_COPY_IF_SET(o->deterministic, s, deterministic);
   FLAME_COPY_IF_SET(o->num_workers, s, num_workers);
-  o->dataset.clear();
-  for (absl::string_view part : absl::StrSplit(s.dataset(), ',', absl::SkipWhitespace())) {
-    o->dataset.emplace_back(absl::StripAsciiWhitespace(part));
+  o->dataset = SplitList(s.dataset());
+  o->data_probs.clear();
+  for (const std::string& part : SplitList(s.data_probs())) {
+    double probability = 0;
+    // flamed validated the list; an entry that is not a number cannot reach a worker.
+    if (absl::SimpleAtod(part, &probability)) o->data_probs.push_back(probability);
   }
 }
 
@@ -52,6 +66,34 @@ void CopyCheckpoint(const flame::v1::CheckpointSection& s, CheckpointConfig* o) 
   FLAME_COPY_IF_SET(o->interval, s, interval);
   FLAME_COPY_IF_SET(o->keep_latest_k, s, keep_latest_k);
   FLAME_COPY_IF_SET(o->load_step, s, load_step);
+  FLAME_COPY_IF_SET(o->initial_load_path, s, initial_load_path);
+  FLAME_COPY_IF_SET(o->initial_load_model_weights_only, s, initial_load_model_weights_only);
+  FLAME_COPY_IF_SET(o->last_save_model_weights_only, s, last_save_model_weights_only);
+  FLAME_COPY_IF_SET(o->export_dtype, s, export_dtype);
+  FLAME_COPY_IF_SET(o->create_seed_checkpoint, s, create_seed_checkpoint);
+  o->exclude_from_loading = SplitList(s.exclude_from_loading());
+}
+
+void CopyMetrics(const flame::v1::MetricsSection& s, MetricsConfig* o) {
+  FLAME_COPY_IF_SET(o->log_freq, s, log_freq);
+  FLAME_COPY_IF_SET(o->enable_tensorboard, s, enable_tensorboard);
+  FLAME_COPY_IF_SET(o->save_tb_folder, s, save_tb_folder);
+  FLAME_COPY_IF_SET(o->save_for_all_ranks, s, save_for_all_ranks);
+  FLAME_COPY_IF_SET(o->enable_wandb, s, enable_wandb);
+  FLAME_COPY_IF_SET(o->eval_interval, s, eval_interval);
+  o->eval_dataset = SplitList(s.eval_dataset());
+  FLAME_COPY_IF_SET(o->eval_steps, s, eval_steps);
+}
+
+void CopyProfiling(const flame::v1::ProfilingSection& s, ProfilingConfig* o) {
+  FLAME_COPY_IF_SET(o->enable_profiling, s, enable_profiling);
+  FLAME_COPY_IF_SET(o->save_traces_folder, s, save_traces_folder);
+  FLAME_COPY_IF_SET(o->profile_freq, s, profile_freq);
+}
+
+void CopyComm(const flame::v1::CommSection& s, CommConfig* o) {
+  FLAME_COPY_IF_SET(o->init_timeout_seconds, s, init_timeout_seconds);
+  FLAME_COPY_IF_SET(o->train_timeout_seconds, s, train_timeout_seconds);
 }
 
 }  // namespace
@@ -68,7 +110,9 @@ TrainConfig TrainConfigFromSpec(const flame::v1::JobSpec& spec) {
   CopySchedule(spec.lr_scheduler(), &config.lr_scheduler);
   CopyTraining(spec.training(), &config.training);
   CopyCheckpoint(spec.checkpoint(), &config.checkpoint);
-  FLAME_COPY_IF_SET(config.log_freq, spec.metrics(), log_freq);
+  CopyMetrics(spec.metrics(), &config.metrics);
+  CopyProfiling(spec.profiling(), &config.profiling);
+  CopyComm(spec.comm(), &config.comm);
   FLAME_COPY_IF_SET(config.device, spec.resources(), device);
   return config;
 }

@@ -71,7 +71,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.checkpoint.load_step < -1) return Invalid("checkpoint.load_step", "must be -1 or a step");
   if (c.checkpoint.folder.empty()) return Invalid("checkpoint.folder", "must not be empty");
   if (c.dump_folder.empty()) return Invalid("job.dump_folder", "is required");
-  return RequirePositive("metrics.log_freq", c.log_freq);
+  return RequirePositive("metrics.log_freq", c.metrics.log_freq);
 }
 
 std::string DescribeTrainConfig(const TrainConfig& c) {
@@ -97,7 +97,7 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
       absl::StrCat("checkpoint = ", c.checkpoint.enable_checkpoint ? "on" : "off", ", folder ",
                    c.checkpoint.folder, ", interval ", c.checkpoint.interval, ", keep_latest_k ",
                    c.checkpoint.keep_latest_k, ", load_step ", c.checkpoint.load_step),
-      absl::StrCat("metrics.log_freq = ", c.log_freq),
+      absl::StrCat("metrics.log_freq = ", c.metrics.log_freq),
       absl::StrCat("resources.device = ", c.device),
   };
   return absl::StrJoin(lines, "\n");

@@ -45,6 +45,9 @@ struct TrainingConfig {
   int64_t seed = 42;
   bool deterministic = false;
   int64_t num_workers = 1;
+  // Sampling weights of the datasets, one per entry of `dataset` (training.data_probs); empty:
+  // unset.
+  std::vector<double> data_probs;
 };
 
 struct CheckpointConfig {
@@ -53,6 +56,38 @@ struct CheckpointConfig {
   int64_t interval = 500;
   int64_t keep_latest_k = 0;  // 0 keeps every checkpoint
   int64_t load_step = -1;     // -1: the newest complete checkpoint
+  // A step-N folder loaded while `folder` holds no checkpoint yet; empty: none.
+  std::string initial_load_path;
+  bool initial_load_model_weights_only = true;
+  bool last_save_model_weights_only = false;  // the final save keeps the model only
+  std::string export_dtype = "float32";       // of a weights-only final save
+  bool create_seed_checkpoint = false;        // save step-0 and exit
+  // Components left out of a load: model, optimizer, lr_scheduler, dataloader, train_state.
+  std::vector<std::string> exclude_from_loading;
+};
+
+struct MetricsConfig {
+  int64_t log_freq = 10;  // report step 1 and every log_freq steps
+  bool enable_tensorboard = false;
+  std::string save_tb_folder = "tb";  // under dump_folder
+  bool save_for_all_ranks = false;
+  bool enable_wandb = false;
+  // Held-out loss (ours, not flame's): every eval_interval steps (0: off), eval_steps batches.
+  int64_t eval_interval = 0;
+  std::vector<std::string> eval_dataset;  // local files, like TrainingConfig::dataset
+  int64_t eval_steps = 8;
+};
+
+struct ProfilingConfig {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";  // under dump_folder
+  int64_t profile_freq = 10;
+};
+
+// Collective timeouts: init_timeout_seconds until step 1 ends, train_timeout_seconds after.
+struct CommConfig {
+  int64_t init_timeout_seconds = 300;
+  int64_t train_timeout_seconds = 100;
 };
 
 struct TrainConfig {
@@ -68,7 +103,9 @@ struct TrainConfig {
   LrScheduleConfig lr_scheduler;
   TrainingConfig training;
   CheckpointConfig checkpoint;
-  int64_t log_freq = 10;  // [metrics]
+  MetricsConfig metrics;
+  ProfilingConfig profiling;
+  CommConfig comm;
   // [resources]
   std::string device = "auto";  // auto | cpu | cuda
   // JobSpecHash of the resolved spec; checkpoints record it to notice a changed job on resume.
