@@ -14,10 +14,11 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/config/delta_net_options.h"
 
 namespace flame::worker {
 
-enum class ModelFamily { kGla };
+enum class ModelFamily { kGla, kDeltaNet, kGatedDeltaNet };
 
 // GatedLinearAttention (fla/layers/gla.py) options.
 struct GlaOptions {
@@ -57,6 +58,8 @@ struct ModelConfig {
   // safetensors export must reproduce.
   bool fuse_norm = true;
   GlaOptions gla;
+  DeltaNetOptions delta_net;            // model_type delta_net
+  GatedDeltaNetOptions gated_deltanet;  // model_type gated_deltanet
 
   // SwiGLU width: intermediate_size, else 256 * ceil(int(hidden * ratio * 2/3) / 256) (fla's
   // GatedMLP).
