@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "worker/model/delta_net_model.h"
 #include "worker/model/gla_model.h"
 #include "worker/model/layers.h"
 
@@ -13,6 +14,10 @@ std::shared_ptr<CausalLm> BuildCausalLm(const ModelConfig& config, uint64_t seed
   switch (config.family) {
     case ModelFamily::kGla:
       model = std::make_shared<GlaForCausalLm>(config);
+      break;
+    case ModelFamily::kDeltaNet:
+    case ModelFamily::kGatedDeltaNet:
+      model = std::make_shared<DeltaNetForCausalLm>(config);
       break;
   }
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -35,6 +40,9 @@ void InitWeights(torch::nn::Module& model, double std, at::Generator& generator)
       if (norm->weight.defined()) norm->weight.fill_(1.0);
     } else if (auto* gated = dynamic_cast<GatedRmsNormImpl*>(module.get())) {
       if (gated->weight.defined()) gated->weight.fill_(1.0);
+    }
+    if (auto* custom = dynamic_cast<CustomInitModule*>(module.get())) {
+      custom->InitCustomParameters(generator);
     }
   }
 }
