@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/config/config_fields.h"
 
 namespace flame::worker {
 namespace {

@@ -3,10 +3,12 @@
 #pragma once
 
 #include "absl/status/status.h"
-#include "worker/config/config_fields.h"
 #include "worker/config/model_config.h"
 
 namespace flame::worker {
+namespace internal {
+class FieldReader;  // config_fields.h, internal to flame_worker_config
+}  // namespace internal
 
 // Read and validate DeltaNetOptions / GatedDeltaNetOptions from `r` into c->delta_net /
 // c->gated_deltanet (the shared fields are already in *c). Errors name the key.
