@@ -30,6 +30,12 @@ class FieldReader {
     return root_.contains(key) && !root_.at(key).is_null();
   }
 
+  // Written as null: some fla defaults differ between "absent" (the config class's default) and
+  // null (the layer's default).
+  bool IsNull(const std::string& key) const {
+    return root_.contains(key) && root_.at(key).is_null();
+  }
+
   // Leaves *out unchanged when the key is absent or null (fla's default applies).
   absl::Status Int(const std::string& key, int64_t* out) const {
     if (!IsSet(key)) return absl::OkStatus();
