@@ -95,9 +95,9 @@ Fixture DeltaRule(bool gated) {
   const torch::Tensor g = -torch::softplus(Randn({B, T, H})) / 2;  // log decay, [B, T, H]
   const torch::Tensor h0 = Randn({B, H, K, V});
   const double scale = 1.0 / std::sqrt(static_cast<double>(K));
-  const ops::DeltaRuleOutput out =
-      gated ? ops::ChunkGatedDeltaRule(q, k, v, g, beta, scale, h0, true)
-            : ops::ChunkDeltaRule(q, k, v, beta, scale, h0, true);
+  const ops::DeltaRuleOutput out = gated
+                                       ? ops::ChunkGatedDeltaRule(q, k, v, g, beta, scale, h0, true)
+                                       : ops::ChunkDeltaRule(q, k, v, beta, scale, h0, true);
   Fixture f = Common(q, k, v, h0, scale);
   f.insert("beta", beta);
   if (gated) f.insert("g", g);
