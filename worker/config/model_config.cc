@@ -9,98 +9,14 @@
 #include "common/files.h"
 #include "common/status_macros.h"
 #include "nlohmann/json.hpp"
+#include "worker/config/config_fields.h"
+#include "worker/config/delta_net_config.h"
 
 namespace flame::worker {
 namespace {
 
 using Json = nlohmann::json;
-
-// Reads typed fields out of one config object, naming the file and key in every error.
-class FieldReader {
- public:
-  FieldReader(const Json& root, std::string source) : root_(root), source_(std::move(source)) {}
-
-  absl::Status Error(const std::string& key, const std::string& why) const {
-    return absl::InvalidArgumentError(absl::StrCat(source_, ": ", key, " ", why));
-  }
-
-  bool IsSet(const std::string& key) const {
-    return root_.contains(key) && !root_.at(key).is_null();
-  }
-
-  // Written as null: some fla defaults differ between "absent" (the config class's default) and
-  // null (the layer's default).
-  bool IsNull(const std::string& key) const {
-    return root_.contains(key) && root_.at(key).is_null();
-  }
-
-  // Leaves *out unchanged when the key is absent or null (fla's default applies).
-  absl::Status Int(const std::string& key, int64_t* out) const {
-    if (!IsSet(key)) return absl::OkStatus();
-    const Json& v = root_.at(key);
-    if (v.is_number_integer()) {
-      *out = v.get<int64_t>();
-      return absl::OkStatus();
-    }
-    // Python writes 1.0 for some integer fields; accept integral floats.
-    if (v.is_number_float() && std::floor(v.get<double>()) == v.get<double>()) {
-      *out = static_cast<int64_t>(v.get<double>());
-      return absl::OkStatus();
-    }
-    return Error(key, absl::StrCat("must be an integer (got ", v.dump(), ")"));
-  }
-
-  absl::Status OptionalInt(const std::string& key, std::optional<int64_t>* out) const {
-    if (!IsSet(key)) return absl::OkStatus();
-    int64_t value = 0;
-    FLAME_RETURN_IF_ERROR(Int(key, &value));
-    *out = value;
-    return absl::OkStatus();
-  }
-
-  absl::Status Number(const std::string& key, double* out) const {
-    if (!IsSet(key)) return absl::OkStatus();
-    const Json& v = root_.at(key);
-    if (!v.is_number()) return Error(key, absl::StrCat("must be a number (got ", v.dump(), ")"));
-    *out = v.get<double>();
-    if (!std::isfinite(*out)) return Error(key, "must be finite");
-    return absl::OkStatus();
-  }
-
-  absl::Status OptionalNumber(const std::string& key, std::optional<double>* out) const {
-    if (!IsSet(key)) return absl::OkStatus();
-    double value = 0;
-    FLAME_RETURN_IF_ERROR(Number(key, &value));
-    *out = value;
-    return absl::OkStatus();
-  }
-
-  absl::Status Bool(const std::string& key, bool* out) const {
-    if (!IsSet(key)) return absl::OkStatus();
-    const Json& v = root_.at(key);
-    if (!v.is_boolean())
-      return Error(key, absl::StrCat("must be true or false (got ", v.dump(), ")"));
-    *out = v.get<bool>();
-    return absl::OkStatus();
-  }
-
-  absl::Status String(const std::string& key, std::string* out) const {
-    if (!IsSet(key)) return absl::OkStatus();
-    const Json& v = root_.at(key);
-    if (!v.is_string()) return Error(key, absl::StrCat("must be a string (got ", v.dump(), ")"));
-    *out = v.get<std::string>();
-    return absl::OkStatus();
-  }
-
-  absl::Status Positive(const std::string& key, double value) const {
-    if (value > 0) return absl::OkStatus();
-    return Error(key, absl::StrCat("must be positive (got ", value, ")"));
-  }
-
- private:
-  const Json& root_;
-  std::string source_;
-};
+using internal::FieldReader;
 
 absl::Status ParseCommon(const FieldReader& r, ModelConfig* c) {
   FLAME_RETURN_IF_ERROR(r.Int("hidden_size", &c->hidden_size));
@@ -312,6 +228,8 @@ const std::map<std::string, FamilyEntry>& Families() {
       {"gla", {ModelFamily::kGla, ParseGla}},
       {"transformer", {ModelFamily::kTransformer, ParseTransformer}},
       {"retnet", {ModelFamily::kRetNet, ParseRetNet}},
+      {"delta_net", {ModelFamily::kDeltaNet, ParseDeltaNetOptions}},
+      {"gated_deltanet", {ModelFamily::kGatedDeltaNet, ParseGatedDeltaNetOptions}},
   };
   return *families;
 }
@@ -347,15 +265,10 @@ absl::StatusOr<ModelConfig> ParseModelConfig(const std::string& json_text,
   if (config.model_type.empty()) return reader.Error("model_type", "is required");
   const auto it = Families().find(config.model_type);
   if (it == Families().end()) {
-    static const char* const kPlanned[] = {"transformer", "retnet", "delta_net", "gated_deltanet"};
-    for (const char* planned : kPlanned) {
-      if (config.model_type == planned) {
-        return reader.Error(
-            "model_type", absl::StrCat("\"", planned, "\" is not supported yet (supported: gla)"));
-      }
-    }
-    return reader.Error("model_type",
-                        absl::StrCat("\"", config.model_type, "\" is unknown (supported: gla)"));
+    std::string supported;
+    for (const auto& family : Families()) absl::StrAppend(&supported, " ", family.first);
+    return reader.Error("model_type", absl::StrCat("\"", config.model_type,
+                                                   "\" is unknown (supported:", supported, ")"));
   }
   config.family = it->second.family;
   FLAME_RETURN_IF_ERROR(ParseCommon(reader, &config));
@@ -386,6 +299,16 @@ std::string DescribeModelConfig(const ModelConfig& c) {
     absl::StrAppend(&text, ", heads ", c.retnet.num_heads, ", key dim ",
                     c.retnet.KeyDim(c.hidden_size), ", value dim ",
                     c.retnet.ValueDim(c.hidden_size));
+  }
+  if (c.family == ModelFamily::kDeltaNet) {
+    absl::StrAppend(&text, ", heads ", c.delta_net.num_heads, ", key dim ",
+                    c.delta_net.KeyDim(c.hidden_size), ", value dim ",
+                    c.delta_net.ValueDim(c.hidden_size));
+  }
+  if (c.family == ModelFamily::kGatedDeltaNet) {
+    absl::StrAppend(&text, ", heads ", c.gated_deltanet.num_heads, " (value heads ",
+                    c.gated_deltanet.NumValueHeads(), "), head dim ", c.gated_deltanet.head_dim,
+                    ", value dim ", c.gated_deltanet.ValueDim());
   }
   return text;
 }

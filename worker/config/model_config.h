@@ -14,12 +14,13 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "worker/config/delta_net_options.h"
 #include "worker/config/retnet_options.h"
 #include "worker/config/transformer_options.h"
 
 namespace flame::worker {
 
-enum class ModelFamily { kGla, kTransformer, kRetNet };
+enum class ModelFamily { kGla, kTransformer, kRetNet, kDeltaNet, kGatedDeltaNet };
 
 // GatedLinearAttention (fla/layers/gla.py) options.
 struct GlaOptions {
@@ -61,6 +62,8 @@ struct ModelConfig {
   GlaOptions gla;
   TransformerOptions transformer;
   RetNetOptions retnet;
+  DeltaNetOptions delta_net;            // model_type delta_net
+  GatedDeltaNetOptions gated_deltanet;  // model_type gated_deltanet
 
   // SwiGLU width: intermediate_size, else 256 * ceil(int(hidden * ratio * 2/3) / 256) (fla's
   // GatedMLP).

@@ -3,6 +3,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/torch.h>
 
+#include "worker/model/delta_net_model.h"
 #include "worker/model/gla_model.h"
 #include "worker/model/layers.h"
 #include "worker/model/retnet_model.h"
@@ -21,6 +22,10 @@ std::shared_ptr<CausalLm> BuildCausalLm(const ModelConfig& config, uint64_t seed
       break;
     case ModelFamily::kRetNet:
       model = MakeRetNetLm(config);
+      break;
+    case ModelFamily::kDeltaNet:
+    case ModelFamily::kGatedDeltaNet:
+      model = std::make_shared<DeltaNetForCausalLm>(config);
       break;
   }
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);
@@ -43,6 +48,9 @@ void InitWeights(torch::nn::Module& model, double std, at::Generator& generator)
       if (norm->weight.defined()) norm->weight.fill_(1.0);
     } else if (auto* gated = dynamic_cast<GatedRmsNormImpl*>(module.get())) {
       if (gated->weight.defined()) gated->weight.fill_(1.0);
+    }
+    if (auto* custom = dynamic_cast<CustomInitModule*>(module.get())) {
+      custom->InitCustomParameters(generator);
     }
   }
 }

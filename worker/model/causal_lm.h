@@ -33,6 +33,15 @@ class CausalLm : public torch::nn::Module {
                                  const torch::Tensor& cu_seqlens = {}) = 0;
 };
 
+// A module with parameters that fla initialises in the layer itself rather than in
+// _init_weights (Gated DeltaNet's A_log and dt_bias). InitWeights calls it where the module comes
+// in its walk, with the same generator.
+class CustomInitModule {
+ public:
+  virtual ~CustomInitModule() = default;
+  virtual void InitCustomParameters(at::Generator& generator) = 0;
+};
+
 // Builds the model for config.family and initialises it like fla's _init_weights with a
 // generator seeded by `seed`, so every rank that uses the same seed gets the same weights.
 std::shared_ptr<CausalLm> BuildCausalLm(const ModelConfig& config, uint64_t seed);

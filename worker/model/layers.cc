@@ -52,8 +52,9 @@ torch::Tensor GatedMlpImpl::forward(const torch::Tensor& x) {
   return down_proj_(Swish(gate_proj_(x)) * up_proj_(x));
 }
 
-ShortConvolutionImpl::ShortConvolutionImpl(int64_t channels, int64_t kernel_size, bool bias)
-    : kernel_size_(kernel_size) {
+ShortConvolutionImpl::ShortConvolutionImpl(int64_t channels, int64_t kernel_size, bool bias,
+                                           bool silu)
+    : kernel_size_(kernel_size), silu_(silu) {
   weight = register_parameter("weight", torch::zeros({channels, 1, kernel_size}));
   if (bias) this->bias = register_parameter("bias", torch::zeros({channels}));
 }
@@ -64,7 +65,8 @@ torch::Tensor ShortConvolutionImpl::Convolve(const torch::Tensor& x) {
   const torch::Tensor y = torch::conv1d(x.transpose(1, 2), weight, bias, /*stride=*/1,
                                         /*padding=*/kernel_size_ - 1, /*dilation=*/1,
                                         /*groups=*/x.size(2));
-  return Swish(y.narrow(2, 0, T).transpose(1, 2));
+  const torch::Tensor causal = y.narrow(2, 0, T).transpose(1, 2);
+  return silu_ ? Swish(causal) : causal;
 }
 
 torch::Tensor ShortConvolutionImpl::forward(const torch::Tensor& x,

@@ -50,11 +50,12 @@ class GatedMlpImpl : public torch::nn::Module {
 };
 TORCH_MODULE(GatedMlp);
 
-// Depthwise causal Conv1d over time followed by SiLU; with cu_seqlens the convolution restarts
-// at every sequence start (nothing leaks across packed documents).
+// Depthwise causal Conv1d over time followed by SiLU (unless `silu` is false: fla's activation
+// None); with cu_seqlens the convolution restarts at every sequence start (nothing leaks across
+// packed documents).
 class ShortConvolutionImpl : public torch::nn::Module {
  public:
-  ShortConvolutionImpl(int64_t channels, int64_t kernel_size, bool bias = false);
+  ShortConvolutionImpl(int64_t channels, int64_t kernel_size, bool bias = false, bool silu = true);
   // x [B, T, D] -> [B, T, D]
   torch::Tensor forward(const torch::Tensor& x, const torch::Tensor& cu_seqlens = {});
 
@@ -64,6 +65,7 @@ class ShortConvolutionImpl : public torch::nn::Module {
  private:
   torch::Tensor Convolve(const torch::Tensor& x);
   int64_t kernel_size_;
+  bool silu_;
 };
 TORCH_MODULE(ShortConvolution);
 
