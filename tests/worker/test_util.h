@@ -59,7 +59,7 @@ inline TrainConfig DemoTrainConfig(const std::string& dump_folder) {
   config.training.steps = 8;
   config.training.dataset = {DemoData("fortunes.jsonl")};
   config.checkpoint.interval = 4;
-  config.log_freq = 2;
+  config.metrics.log_freq = 2;
   return config;
 }
 

@@ -43,7 +43,7 @@ TEST(TrainConfig, DefaultsEqualTheResolvedDefaultsOfAnEmptyJobSpec) {
   EXPECT_EQ(converted.checkpoint.interval, defaults.checkpoint.interval);
   EXPECT_EQ(converted.checkpoint.keep_latest_k, defaults.checkpoint.keep_latest_k);
   EXPECT_EQ(converted.checkpoint.load_step, defaults.checkpoint.load_step);
-  EXPECT_EQ(converted.log_freq, defaults.log_freq);
+  EXPECT_EQ(converted.metrics.log_freq, defaults.metrics.log_freq);
   EXPECT_EQ(converted.device, defaults.device);
 }
 
@@ -71,7 +71,7 @@ TEST(TrainConfig, CopiesEverySetFieldAndSplitsTheDatasetList) {
   EXPECT_EQ(config.training.steps, 7);
   EXPECT_TRUE(config.training.varlen);
   EXPECT_EQ(config.checkpoint.load_step, 3);
-  EXPECT_EQ(config.log_freq, 2);
+  EXPECT_EQ(config.metrics.log_freq, 2);
   EXPECT_EQ(config.CheckpointRoot(), "/d/checkpoint");
 }
 
@@ -110,6 +110,39 @@ TEST(TrainConfig, ValidationNamesTheBadKey) {
   expect_key(bad, "checkpoint.interval");
   bad.checkpoint.enable_checkpoint = false;  // the interval does not matter then
   EXPECT_TRUE(ValidateTrainConfig(bad).ok());
+}
+
+TEST(TrainConfig, MetricsAndProfilingChecksNameTheKey) {
+  TrainConfig config;
+  config.dump_folder = "/d";
+  config.model_config = "/m.json";
+  config.tokenizer_path = "/t.model";
+  config.training.dataset = {"/a.jsonl"};
+  const auto message = [](const TrainConfig& c) {
+    return std::string(ValidateTrainConfig(c).message());
+  };
+  TrainConfig bad = config;
+  bad.metrics.log_freq = 0;
+  EXPECT_EQ(message(bad).rfind("metrics.log_freq", 0), 0u) << message(bad);
+  bad = config;
+  bad.metrics.eval_interval = 50;  // without held-out files
+  EXPECT_EQ(message(bad).rfind("metrics.eval_dataset is required", 0), 0u) << message(bad);
+  bad.metrics.eval_dataset = {"/valid.jsonl"};
+  EXPECT_TRUE(ValidateTrainConfig(bad).ok());
+  bad.metrics.eval_steps = 0;
+  EXPECT_EQ(message(bad).rfind("metrics.eval_steps", 0), 0u) << message(bad);
+  bad = config;
+  bad.metrics.eval_interval = -1;
+  EXPECT_EQ(message(bad).rfind("metrics.eval_interval", 0), 0u) << message(bad);
+  bad = config;
+  bad.metrics.enable_tensorboard = true;
+  bad.metrics.save_tb_folder = "";
+  EXPECT_EQ(message(bad).rfind("metrics.save_tb_folder", 0), 0u) << message(bad);
+  bad = config;
+  bad.profiling.profile_freq = 0;  // off: not looked at
+  EXPECT_TRUE(ValidateTrainConfig(bad).ok());
+  bad.profiling.enable_profiling = true;
+  EXPECT_EQ(message(bad).rfind("profiling.profile_freq", 0), 0u) << message(bad);
 }
 
 }  // namespace

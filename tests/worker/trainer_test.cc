@@ -65,7 +65,7 @@ TEST(Trainer, LowersTheLossOnTheDemoCorpusAndReportsProgress) {
   TempDir dir;
   TrainConfig config = DemoTrainConfig(dir.path());
   config.training.steps = 40;
-  config.log_freq = 10;
+  config.metrics.log_freq = 10;
   config.checkpoint.enable_checkpoint = false;
   RecordingSink sink;
   ContinueDirectiveSource directives;

@@ -68,7 +68,7 @@ TrainConfig TrainConfigFromSpec(const flame::v1::JobSpec& spec) {
   CopySchedule(spec.lr_scheduler(), &config.lr_scheduler);
   CopyTraining(spec.training(), &config.training);
   CopyCheckpoint(spec.checkpoint(), &config.checkpoint);
-  FLAME_COPY_IF_SET(config.log_freq, spec.metrics(), log_freq);
+  FLAME_COPY_IF_SET(config.metrics.log_freq, spec.metrics(), log_freq);
   FLAME_COPY_IF_SET(config.device, spec.resources(), device);
   return config;
 }

@@ -55,6 +55,25 @@ struct CheckpointConfig {
   int64_t load_step = -1;     // -1: the newest complete checkpoint
 };
 
+// [metrics]: flame's names and defaults, plus a held-out evaluation.
+struct MetricsConfig {
+  int64_t log_freq = 10;  // report step 1 and every log_freq steps
+  bool enable_tensorboard = false;
+  std::string save_tb_folder = "tb";      // under dump_folder, then <YYYYmmdd-HHMM>/
+  bool save_for_all_ranks = false;        // TensorBoard: every rank writes to rank_<r>/
+  bool enable_wandb = false;              // W&B is not reachable from flame: a warning only
+  int64_t eval_interval = 0;              // 0: no eval
+  std::vector<std::string> eval_dataset;  // held-out files, same formats as training.dataset
+  int64_t eval_steps = 8;                 // batches per evaluation
+};
+
+// [profiling]: a Chrome trace of one step every profile_freq steps.
+struct ProfilingConfig {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";  // under dump_folder
+  int64_t profile_freq = 10;
+};
+
 struct TrainConfig {
   // [job]
   std::string dump_folder;  // absolute
@@ -68,7 +87,8 @@ struct TrainConfig {
   LrScheduleConfig lr_scheduler;
   TrainingConfig training;
   CheckpointConfig checkpoint;
-  int64_t log_freq = 10;  // [metrics]
+  MetricsConfig metrics;
+  ProfilingConfig profiling;
   // [resources]
   std::string device = "auto";  // auto | cpu | cuda
   // JobSpecHash of the resolved spec; checkpoints record it to notice a changed job on resume.
