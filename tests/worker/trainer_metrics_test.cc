@@ -56,6 +56,27 @@ std::vector<std::string> FilesContaining(const std::string& folder, const std::s
   return found;
 }
 
+TEST(FlopCount, MatmulWeightsAreTheBuiltModelsLinearWeights) {
+  // The hand count of flop_count.cc against the model the trainer builds: every nn::Linear weight,
+  // plus the tied lm_head product that reuses the embedding table.
+  for (const bool tied : {false, true}) {
+    absl::StatusOr<ModelConfig> config =
+        LoadModelConfig(testing::SourcePath("configs/models/gla_tiny.json"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    config->tie_word_embeddings = tied;
+    config->gla.use_short_conv = true;  // convolutions are not matmuls: no change expected
+    std::shared_ptr<model::CausalLm> model = model::BuildCausalLm(*config, 1);
+    int64_t linear_weights = 0;
+    for (const auto& module : model->modules()) {
+      if (auto* linear = dynamic_cast<torch::nn::LinearImpl*>(module.get())) {
+        linear_weights += linear->weight.numel();
+      }
+    }
+    if (tied) linear_weights += config->hidden_size * config->vocab_size;
+    EXPECT_EQ(MatmulParameterCount(*config), linear_weights) << "tied " << tied;
+  }
+}
+
 TEST(TrainerMetrics, EveryReportCarriesFlamesFactsWithSensibleValues) {
   TempDir dir;
   TrainConfig config = DemoTrainConfig(dir.path());
