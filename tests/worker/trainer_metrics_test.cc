@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -272,6 +273,47 @@ TEST(TrainerMetrics, WritesTensorBoardEventsWithFlamesNames) {
   }
   EXPECT_FLOAT_EQ(file.events[3].scalars.at("loss_metrics/eval_loss"),
                   static_cast<float>(sink.progress_[2].eval_loss));
+}
+
+TEST(TrainerMetrics, SaveForAllRanksGivesEveryRankItsFolderUnderOneRun) {
+  TempDir dir;
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.training.steps = 2;
+  config.metrics.enable_tensorboard = true;
+  config.metrics.save_for_all_ranks = true;
+  config.metrics.save_tb_folder = "events";
+  config.checkpoint.enable_checkpoint = false;
+  StoreOptions options;
+  options.timeout = std::chrono::seconds(60);
+  std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
+  options.port = StorePort(*rank0);
+  std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
+  RecordingSink sink0, sink1;
+  ContinueDirectiveSource directives0, directives1;
+  Trainer trainer0(config, {rank0.get(), &sink0, &directives0});
+  Trainer trainer1(config, {rank1.get(), &sink1, &directives1});
+  absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
+  std::thread other([&] { result1 = trainer1.Run(); });
+  const absl::StatusOr<TrainResult> result0 = trainer0.Run();
+  other.join();
+  ASSERT_TRUE(result0.ok()) << result0.status();
+  ASSERT_TRUE(result1.ok()) << result1.status();
+  std::vector<std::string> files = FilesContaining(dir.path() + "/events", "tfevents");
+  ASSERT_EQ(files.size(), 2u);
+  std::sort(files.begin(), files.end());
+  const std::filesystem::path first(files[0]), second(files[1]);
+  EXPECT_EQ(first.parent_path().filename(), "rank_0");
+  EXPECT_EQ(second.parent_path().filename(), "rank_1");
+  // Rank 0's start time names the run folder of both, even across a minute boundary.
+  EXPECT_EQ(first.parent_path().parent_path(), second.parent_path().parent_path());
+  for (const std::string& path : files) {
+    const testing::DecodedFile file = testing::DecodeEventFile(path);
+    ASSERT_EQ(file.error, "") << path;
+    ASSERT_EQ(file.events.size(), 3u) << path;  // version, steps 1 and 2
+    // The losses are reduced over ranks before logging: both ranks write the same value.
+    EXPECT_FLOAT_EQ(file.events[2].scalars.at("loss_metrics/global_avg_loss"),
+                    static_cast<float>(sink0.progress_.back().loss));
+  }
 }
 
 TEST(TrainerMetrics, ProfilesEveryProfileFreqStepIntoAChromeTrace) {
