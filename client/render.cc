@@ -51,6 +51,22 @@ std::string FormatTokensPerSecond(const Progress& progress) {
   return FormatRate(progress.tokens_per_second());
 }
 
+// MFU needs the accelerator's peak FLOPS; CPU ranks have none and report 0.
+std::string FormatMfu(const Progress& progress) {
+  const std::string tflops = absl::StrFormat("%.3g TFLOPS per device", progress.tflops());
+  if (progress.mfu() <= 0) return absl::StrCat("- (no peak FLOPS for this device; ", tflops, ")");
+  return absl::StrFormat("%.2f%% (%s)", progress.mfu(), tflops);
+}
+
+std::string FormatMemory(const Progress& progress) {
+  std::string text =
+      absl::StrFormat("%.2f GiB (peak %.2f GiB", progress.memory_gib(), progress.memory_peak_gib());
+  if (progress.memory_active_gib() > 0) {
+    absl::StrAppend(&text, absl::StrFormat(", active %.2f GiB", progress.memory_active_gib()));
+  }
+  return absl::StrCat(text, ")");
+}
+
 std::string FormatAge(int64_t since_ms, int64_t now_ms) {
   if (since_ms <= 0) return "-";
   return FormatDuration(static_cast<double>(now_ms - since_ms) / 1000.0);
@@ -184,11 +200,25 @@ std::string RenderJobDetails(const Job& job, int64_t now_ms) {
   rows.push_back(
       {"step", absl::StrCat(FormatStep(job), " ", FormatPercent(progress.step(), total))});
   if (progress.step() > 0) {
-    rows.push_back({"loss", FormatLoss(progress)});
+    rows.push_back({"loss", absl::StrFormat("%s (max over ranks %.4f)", FormatLoss(progress),
+                                            progress.max_loss())});
+    if (progress.eval_step() > 0) {
+      rows.push_back({"eval loss", absl::StrFormat("%.4f at step %d", progress.eval_loss(),
+                                                   progress.eval_step())});
+    }
     rows.push_back({"lr", absl::StrFormat("%.3g", progress.lr())});
     rows.push_back({"grad norm", absl::StrFormat("%.3g", progress.grad_norm())});
-    rows.push_back({"tokens/s", FormatTokensPerSecond(progress)});
+    if (progress.skipped_steps() > 0) {
+      rows.push_back(
+          {"skipped", absl::StrCat(progress.skipped_steps(), " updates (NaN/Inf gradient norm)")});
+    }
+    rows.push_back({"tokens/s", absl::StrCat(FormatTokensPerSecond(progress), " per device")});
     rows.push_back({"tokens", FormatRate(static_cast<double>(progress.tokens()))});
+    rows.push_back({"mfu", FormatMfu(progress)});
+    rows.push_back({"memory", FormatMemory(progress)});
+    rows.push_back({"data wait", absl::StrFormat("%.1f%% of the step time (%.3fs per step)",
+                                                 progress.data_loading_share(),
+                                                 progress.data_loading_seconds())});
     rows.push_back({"elapsed", FormatDuration(progress.elapsed_seconds())});
   }
   if (!IsStoppedState(job.state())) {
@@ -218,6 +248,9 @@ std::string RenderWatchLine(const Job& job) {
   }
   if (progress.step() > 0) {
     parts.push_back(absl::StrCat("loss ", FormatLoss(progress)));
+    if (progress.eval_step() > 0) {
+      parts.push_back(absl::StrFormat("eval %.4f", progress.eval_loss()));
+    }
     parts.push_back(absl::StrCat(FormatRate(progress.tokens_per_second()), " tok/s"));
   }
   if (!IsStoppedState(job.state())) {

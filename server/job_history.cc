@@ -43,6 +43,13 @@ MetricPoint HistoryPointFromProgress(const flame::v1::Progress& progress) {
   point.set_grad_norm(progress.grad_norm());
   point.set_tokens_per_second(progress.tokens_per_second());
   point.set_time_ms(progress.update_time_ms());
+  point.set_max_loss(progress.max_loss());
+  point.set_tokens(progress.tokens());
+  point.set_mfu(progress.mfu());
+  // A report repeats the latest evaluation; the point of the step it ran at keeps it.
+  if (progress.eval_step() > 0 && progress.eval_step() == progress.step()) {
+    point.set_eval_loss(progress.eval_loss());
+  }
   return point;
 }
 

@@ -9,7 +9,22 @@
 //   flame_job_tokens{job_id}                 gauge: tokens seen, all ranks
 //   flame_job_mfu_percent{job_id}            gauge: model FLOPs utilisation, 0..100
 //   flame_job_memory_bytes{job_id}           gauge: peak memory of a rank
+//   flame_job_max_loss{job_id}               gauge: loss_metrics/global_max_loss
+//   flame_job_eval_loss{job_id}              gauge: held-out loss of the latest evaluation
+//   flame_job_eval_step{job_id}              gauge: the step it ran at
+//                                            (both exported from the first evaluation on)
+//   flame_job_model_flops_per_second{job_id} gauge: model FLOPs per second per device
+//   flame_job_step_seconds{job_id}           gauge: mean step time since the previous report
+//   flame_job_data_loading_seconds{job_id}   gauge: mean wait for data per step
+//   flame_job_data_loading_percent{job_id}   gauge: share of the step time waiting for data
+//   flame_job_skipped_steps{job_id}          gauge: updates skipped for a NaN/Inf gradient norm
+//   flame_job_elapsed_seconds{job_id}        gauge: training time over all attempts
+//   flame_job_memory_active_bytes{job_id}    gauge: peak active CUDA memory (0 on CPU)
+//   flame_job_memory_peak_bytes{job_id}      gauge: largest memory of the rank so far
 //   flame_job_restarts_total{job_id}         counter: automatic restarts
+//
+// Tokens, skipped steps and elapsed time are gauges although they mostly grow: a restart resumes
+// from a checkpoint and takes them back to that checkpoint's values, which a counter cannot do.
 #pragma once
 
 #include <map>
@@ -56,6 +71,17 @@ class Metrics final : public JobListener {
     prometheus::Gauge* tokens;
     prometheus::Gauge* mfu_percent;
     prometheus::Gauge* memory_bytes;
+    prometheus::Gauge* max_loss;
+    prometheus::Gauge* eval_loss;  // null until the job's first evaluation
+    prometheus::Gauge* eval_step;
+    prometheus::Gauge* model_flops_per_second;
+    prometheus::Gauge* step_seconds;
+    prometheus::Gauge* data_loading_seconds;
+    prometheus::Gauge* data_loading_percent;
+    prometheus::Gauge* skipped_steps;
+    prometheus::Gauge* elapsed_seconds;
+    prometheus::Gauge* memory_active_bytes;
+    prometheus::Gauge* memory_peak_bytes;
     prometheus::Counter* restarts;
   };
 
@@ -73,6 +99,17 @@ class Metrics final : public JobListener {
   prometheus::Family<prometheus::Gauge>& tokens_;
   prometheus::Family<prometheus::Gauge>& mfu_percent_;
   prometheus::Family<prometheus::Gauge>& memory_bytes_;
+  prometheus::Family<prometheus::Gauge>& max_loss_;
+  prometheus::Family<prometheus::Gauge>& eval_loss_;
+  prometheus::Family<prometheus::Gauge>& eval_step_;
+  prometheus::Family<prometheus::Gauge>& model_flops_per_second_;
+  prometheus::Family<prometheus::Gauge>& step_seconds_;
+  prometheus::Family<prometheus::Gauge>& data_loading_seconds_;
+  prometheus::Family<prometheus::Gauge>& data_loading_percent_;
+  prometheus::Family<prometheus::Gauge>& skipped_steps_;
+  prometheus::Family<prometheus::Gauge>& elapsed_seconds_;
+  prometheus::Family<prometheus::Gauge>& memory_active_bytes_;
+  prometheus::Family<prometheus::Gauge>& memory_peak_bytes_;
   prometheus::Family<prometheus::Counter>& restarts_;
   std::map<flame::v1::JobState, prometheus::Gauge*> by_state_;
   std::map<std::string, JobSeries> series_;  // by job id

@@ -15,18 +15,29 @@ namespace flame::worker {
 struct ProgressUpdate {
   int64_t step = 0;
   int64_t total_steps = 0;
-  int64_t tokens = 0;             // tokens seen so far, all ranks
-  double loss = 0;                // loss_metrics/global_avg_loss
-  double max_loss = 0;            // loss_metrics/global_max_loss
-  double lr = 0;                  // optimizer/lr
-  double grad_norm = 0;           // optimizer/grad_norm
-  double tokens_per_second = 0;   // throughput(tps), per device
-  double mfu = 0;                 // mfu(%); 0 where the peak FLOPS are unknown (CPU)
-  double memory_gib = 0;          // memory/max_reserved(GiB); resident set on CPU
-  double data_loading_share = 0;  // time_metrics/data_loading(%), 0..100
-  int64_t skipped_steps = 0;      // optimizer/skipped_step
-  double elapsed_seconds = 0;     // training time of this job, all attempts
-  int64_t resumed_from_step = 0;  // the step this attempt restored from (0: fresh start)
+  int64_t tokens = 0;            // tokens seen so far, all ranks
+  double loss = 0;               // loss_metrics/global_avg_loss
+  double max_loss = 0;           // loss_metrics/global_max_loss
+  double lr = 0;                 // optimizer/lr
+  double grad_norm = 0;          // optimizer/grad_norm
+  double tokens_per_second = 0;  // throughput(tps), per device
+  double mfu = 0;                // mfu(%); 0 where the peak FLOPS are unknown (CPU)
+  double tflops = 0;             // tflops: model FLOPs per second per device / 1e12
+  // Memory of this rank. CUDA: peaks since the last log (flame's max_reserved, max_active) and
+  // the largest reserved of the attempt. CPU: the resident set now, 0 (the CPU allocator has no
+  // such count), and the process's peak resident set.
+  double memory_gib = 0;            // memory/max_reserved(GiB)
+  double memory_active_gib = 0;     // memory/max_active(GiB)
+  double memory_peak_gib = 0;       // memory/peak(GiB)
+  double step_seconds = 0;          // time_metrics/end_to_end(s): mean step time
+  double data_loading_seconds = 0;  // time_metrics/data_loading(s): mean data wait per step
+  double data_loading_share = 0;    // time_metrics/data_loading(%), 0..100
+  int64_t skipped_steps = 0;        // optimizer/skipped_step
+  double elapsed_seconds = 0;       // training time of this job, all attempts
+  int64_t resumed_from_step = 0;    // the step this attempt restored from (0: fresh start)
+  // The latest held-out evaluation (metrics.eval_interval), carried by every later report.
+  double eval_loss = 0;   // loss_metrics/eval_loss
+  int64_t eval_step = 0;  // the step it was measured after; 0: none yet
 };
 
 // A checkpoint that is durable on disk (mirrors flame.v1.CheckpointRecord).

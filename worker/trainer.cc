@@ -1,19 +1,20 @@
 #include "worker/trainer.h"
 
 #include <torch/torch.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/config/flop_count.h"
 #include "worker/data/tokenizer_factory.h"
+#include "worker/metrics/peak_flops.h"
+#include "worker/metrics/report_format.h"
 #include "worker/optim/optimizer.h"
 
 namespace flame::worker {
@@ -22,31 +23,6 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-// Resident set size in GiB (CPU stand-in for flame's memory/max_reserved).
-double ResidentGib() {
-  std::ifstream statm("/proc/self/statm");
-  int64_t total_pages = 0, resident_pages = 0;
-  if (!(statm >> total_pages >> resident_pages)) return 0;
-  return static_cast<double>(resident_pages) * static_cast<double>(::sysconf(_SC_PAGESIZE)) /
-         (1024.0 * 1024.0 * 1024.0);
-}
-
-std::string Clock24(double seconds) {
-  const auto total = static_cast<int64_t>(std::max(0.0, seconds));
-  return absl::StrFormat("%02d:%02d:%02d", total / 3600, total / 60 % 60, total % 60);
-}
-
-// 1234567 -> "1,234,567" (flame's {:,} formatting).
-std::string Grouped(int64_t value) {
-  const std::string digits = std::to_string(value < 0 ? -value : value);
-  std::string grouped = value < 0 ? "-" : "";
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) grouped.push_back(',');
-    grouped.push_back(digits[i]);
-  }
-  return grouped;
-}
 
 // Lines for the job log: stdout, flushed, so that `flamectl logs -f` sees them at once.
 void Print(const std::string& line) {
@@ -73,9 +49,13 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     window_ = Window{};
     window_.start = start_time_;
     while (state_.step < config_.training.steps) {
+      profiler_->BeforeStep(state_.step + 1);
       FLAME_ASSIGN_OR_RETURN(const Directive directive, TrainStep());
+      FLAME_RETURN_IF_ERROR(profiler_->AfterStep(state_.step));
       const bool last = state_.step == config_.training.steps;
-      FLAME_RETURN_IF_ERROR(MaybeLog(/*force=*/last || directive != Directive::kContinue));
+      FLAME_ASSIGN_OR_RETURN(const bool evaluated, MaybeEvaluate(last, directive));
+      FLAME_RETURN_IF_ERROR(
+          MaybeLog(/*force=*/last || evaluated || directive != Directive::kContinue));
       if (directive == Directive::kAbandon) return TrainResult{TrainOutcome::kAbandoned, step()};
       FLAME_RETURN_IF_ERROR(MaybeCheckpoint(directive));
       if (directive == Directive::kStop) return TrainResult{TrainOutcome::kStopped, step()};
@@ -104,6 +84,7 @@ absl::Status Trainer::Setup() {
   FLAME_ASSIGN_OR_RETURN(tokenizer_, LoadTokenizer(config_.tokenizer_path));
   FLAME_RETURN_IF_ERROR(SetupData());
   FLAME_RETURN_IF_ERROR(SetupModel());
+  FLAME_RETURN_IF_ERROR(SetupMetrics());
   schedule_ = std::make_unique<LrSchedule>(config_.lr_scheduler, config_.training.steps,
                                            config_.optimizer.lr);
   checkpoints_ = std::make_unique<CheckpointStore>(config_.CheckpointRoot());
@@ -149,6 +130,62 @@ absl::Status Trainer::SetupModel() {
   optimizer_ = BuildOptimizer(config_.optimizer, parameters_);
   if (rank_ == 0) {
     FLAME_LOG(INFO) << "model " << DescribeModelConfig(model_config_);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::SetupMetrics() {
+  const torch::Device device = parameters_.front().device();
+  device_monitor_ = std::make_unique<DeviceMonitor>(device);
+  // Attention spans a packed row (seq_len), or one document segment in varlen mode.
+  const TrainingConfig& t = config_.training;
+  const int64_t span = t.varlen ? std::min(t.context_len, t.seq_len) : t.seq_len;
+  flops_per_token_ = TrainingFlopsPerToken(model_config_, span);
+  const std::string accelerator = device_monitor_->AcceleratorName();
+  if (!accelerator.empty()) peak_flops_ = PeakBf16Flops(accelerator);
+  if (rank_ == 0) {
+    FLAME_LOG(INFO) << "training FLOPs per token: " << flops_per_token_ << " (6 x "
+                    << MatmulParameterCount(model_config_) << " matmul weights + mixer)";
+    if (accelerator.empty()) {
+      FLAME_LOG(INFO) << "MFU is not defined on CPU ranks (no peak FLOPS): reported as 0";
+    } else if (!peak_flops_) {
+      FLAME_LOG(WARNING) << "no bf16 peak FLOPS known for \"" << accelerator
+                         << "\": MFU reported as 0";
+    }
+    if (config_.metrics.enable_wandb) {
+      FLAME_LOG(WARNING) << "metrics.enable_wandb: Weights & Biases is not reachable from flame; "
+                         << "the same metrics go to flamed's Prometheus endpoint (/metrics)"
+                         << (config_.metrics.enable_tensorboard ? " and to TensorBoard" : "");
+    }
+  }
+  if (config_.metrics.eval_interval > 0) {
+    FLAME_ASSIGN_OR_RETURN(evaluator_,
+                           Evaluator::Create(config_, tokenizer_.get(), rank_, world_size_));
+  }
+  profiler_ = std::make_unique<StepProfiler>(config_.profiling, config_.dump_folder, rank_, device);
+  return config_.metrics.enable_tensorboard ? OpenTensorBoard() : absl::OkStatus();
+}
+
+absl::Status Trainer::OpenTensorBoard() {
+  // Every rank's folder carries rank 0's start time (flame's <YYYYmmdd-HHMM>).
+  const bool all_ranks = config_.metrics.save_for_all_ranks;
+  const int64_t now_seconds = std::chrono::duration_cast<std::chrono::seconds>(
+                                  std::chrono::system_clock::now().time_since_epoch())
+                                  .count();
+  torch::Tensor start = torch::tensor({static_cast<double>(now_seconds)}, torch::kFloat64);
+  if (all_ranks) context_.communicator->Broadcast(start, 0);
+  if (rank_ != 0 && !all_ranks) return absl::OkStatus();
+  const std::string folder =
+      TensorBoardRunFolder(config_.dump_folder, config_.metrics.save_tb_folder,
+                           static_cast<int64_t>(start.item<double>()), rank_, all_ranks);
+  absl::StatusOr<std::unique_ptr<EventFileWriter>> writer = EventFileWriter::Create(folder);
+  if (!writer.ok()) {
+    return absl::Status(writer.status().code(),
+                        absl::StrCat("metrics.enable_tensorboard: ", writer.status().message()));
+  }
+  tensorboard_ = *std::move(writer);
+  if (rank_ == 0) {
+    FLAME_LOG(INFO) << "TensorBoard events: " << tensorboard_->path();
   }
   return absl::OkStatus();
 }
@@ -321,16 +358,35 @@ Directive Trainer::ReduceGradients(Directive local, double* loss) {
   return agreed;
 }
 
+absl::StatusOr<bool> Trainer::MaybeEvaluate(bool last, Directive directive) {
+  const int64_t interval = config_.metrics.eval_interval;
+  if (evaluator_ == nullptr || directive == Directive::kAbandon) return false;
+  if (!last && state_.step % interval != 0) return false;
+  const Clock::time_point start = Clock::now();
+  const absl::StatusOr<double> local = evaluator_->LocalLoss(*model_);
+  // One sum over ranks carries the losses and any rank's failure, so all ranks stop together.
+  torch::Tensor reduced =
+      torch::tensor({local.ok() ? *local : 0.0, local.ok() ? 0.0 : 1.0}, torch::kFloat64);
+  context_.communicator->AllReduce(reduced, ReduceOp::kSum);
+  if (!local.ok()) return local.status();
+  if (reduced[1].item<double>() > 0) return absl::AbortedError("another rank failed to evaluate");
+  eval_loss_ = reduced[0].item<double>() / static_cast<double>(world_size_);
+  eval_step_ = state_.step;
+  // The evaluation is not training: keep its time out of this window's tokens/s and step time.
+  window_.start += Clock::now() - start;
+  return true;
+}
+
 absl::Status Trainer::MaybeLog(bool force) {
   const int64_t step = state_.step;
   if (!(force || step == 1 || step % config_.metrics.log_freq == 0)) return absl::OkStatus();
   // flame: the mean of this rank's step losses since the last log, averaged over ranks, and
   // their maximum over ranks.
   const std::vector<double>& losses = window_.local_losses;
+  const auto window_steps = static_cast<double>(losses.size());
   double sum = 0, max = -INFINITY;
   for (double l : losses) sum += l, max = std::max(max, l);
-  torch::Tensor avg_loss =
-      torch::tensor({sum / static_cast<double>(losses.size())}, torch::kFloat64);
+  torch::Tensor avg_loss = torch::tensor({sum / window_steps}, torch::kFloat64);
   torch::Tensor max_loss = torch::tensor({max}, torch::kFloat64);
   context_.communicator->AllReduce(avg_loss, ReduceOp::kAvg);
   context_.communicator->AllReduce(max_loss, ReduceOp::kMax);
@@ -346,28 +402,47 @@ absl::Status Trainer::MaybeLog(bool force) {
   p.lr = schedule_->LearningRate(step);
   p.grad_norm = last_grad_norm_;
   p.tokens_per_second = static_cast<double>(window_.local_tokens) / window_seconds;
-  p.memory_gib = ResidentGib();
+  p.tflops = flops_per_token_ * p.tokens_per_second / 1e12;
+  if (peak_flops_) p.mfu = 100.0 * flops_per_token_ * p.tokens_per_second / *peak_flops_;
+  const MemorySample memory = device_monitor_->Sample();
+  p.memory_gib = memory.reserved_gib;
+  p.memory_active_gib = memory.active_gib;
+  p.memory_peak_gib = memory.peak_gib;
+  p.step_seconds = window_seconds / window_steps;
+  p.data_loading_seconds = window_.data_seconds / window_steps;
   p.data_loading_share = 100.0 * window_.data_seconds / window_seconds;
   p.skipped_steps = state_.skipped_steps;
   p.elapsed_seconds = ElapsedSeconds();
   p.resumed_from_step = resumed_from_step_;
+  p.eval_loss = eval_loss_;
+  p.eval_step = eval_step_;
   state_.elapsed_seconds = p.elapsed_seconds;
 
   if (rank_ == 0) {
     const int64_t done = step - resumed_from_step_;
     const double eta = (ElapsedSeconds() - elapsed_before_) / static_cast<double>(done) *
                        static_cast<double>(config_.training.steps - step);
-    Print(absl::StrFormat(
-        "step: %8s token: %15s  loss: %7.4f  lr: %.4e gnorm: %5.2f memory: %5.2fGiB tps: "
-        "%7s mfu: %6.2f%% data: %4.1f%% [%s<%s]",
-        Grouped(step), Grouped(p.tokens), p.loss, p.lr, p.grad_norm, p.memory_gib,
-        Grouped(std::llround(p.tokens_per_second)), p.mfu, p.data_loading_share,
-        Clock24(p.elapsed_seconds), Clock24(eta)));
+    Print(FormatProgressLine(p, eta));
+    if (eval_step_ == step) Print(FormatEvalLine(p, evaluator_->batches()));
     context_.progress->ReportProgress(p);
   }
+  WriteTensorBoard(p);
   window_ = Window{};
   window_.start = Clock::now();
   return absl::OkStatus();
+}
+
+void Trainer::WriteTensorBoard(const ProgressUpdate& progress) {
+  if (tensorboard_ == nullptr) return;
+  const double wall_time =
+      std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+  const absl::Status status =
+      tensorboard_->WriteScalars(progress.step, wall_time, FlameScalars(progress));
+  if (!status.ok()) {
+    // Losing the event file must not cost the run: the same facts still reach flamed.
+    FLAME_LOG(WARNING) << status.message() << "; no more TensorBoard events from this rank";
+    tensorboard_.reset();
+  }
 }
 
 absl::Status Trainer::MaybeCheckpoint(Directive directive) {

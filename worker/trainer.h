@@ -7,8 +7,9 @@
 //                         optimizer, train state, this rank's data position
 //     loop: TrainStep()   ForwardBackward per micro-batch, one gradient reduction, clip,
 //                         optimizer step (or skip on NaN/Inf), LR schedule
-//           MaybeLog()    global avg/max loss, lr, grad norm, tokens/s, ... to stdout and the
-//                         ProgressSink (rank 0)
+//           MaybeEvaluate()  held-out loss every metrics.eval_interval steps and at the end
+//           MaybeLog()    global avg/max loss, lr, grad norm, tokens/s, MFU, memory, ... to
+//                         stdout and the ProgressSink (rank 0), and to TensorBoard
 //           MaybeCheckpoint()  every checkpoint.interval steps, at the end, and on pause
 //
 // The directive (continue / stop / pause / abandon) is read once per step and agreed on by all
@@ -21,6 +22,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -31,6 +33,10 @@
 #include "worker/data/text_batch_loader.h"
 #include "worker/data/tokenizer.h"
 #include "worker/dist/communicator.h"
+#include "worker/metrics/device_monitor.h"
+#include "worker/metrics/evaluator.h"
+#include "worker/metrics/step_profiler.h"
+#include "worker/metrics/tensorboard_writer.h"
 #include "worker/model/causal_lm.h"
 #include "worker/optim/lr_schedule.h"
 #include "worker/progress.h"
@@ -70,6 +76,8 @@ class Trainer {
   absl::Status Setup();
   absl::Status SetupData();   // tokenizer -> documents -> batches
   absl::Status SetupModel();  // config.json -> model, optimizer
+  absl::Status SetupMetrics();  // FLOPs per token, eval data, TensorBoard, profiler
+  absl::Status OpenTensorBoard();
   absl::Status Restore();
   absl::StatusOr<int64_t> ChooseCheckpoint();  // rank 0's choice, broadcast; -1: none
   absl::Status RestoreDataPosition(const CheckpointState& saved);
@@ -77,7 +85,9 @@ class Trainer {
   absl::StatusOr<double> ForwardBackward();  // one micro-batch; returns its loss
   Directive ReduceGradients(Directive local, double* loss);
   void BroadcastParameters();
+  absl::StatusOr<bool> MaybeEvaluate(bool last, Directive directive);  // whether it ran
   absl::Status MaybeLog(bool force);
+  void WriteTensorBoard(const ProgressUpdate& progress);
   absl::Status MaybeCheckpoint(Directive directive);
   absl::Status SaveCheckpoint();
   void LogBanner() const;
@@ -112,6 +122,16 @@ class Trainer {
     std::chrono::steady_clock::time_point start;
   } window_;
   double last_grad_norm_ = 0;
+
+  // Metrics (SetupMetrics).
+  double flops_per_token_ = 0;
+  std::optional<double> peak_flops_;  // none on CPU and unknown accelerators: MFU 0
+  std::unique_ptr<DeviceMonitor> device_monitor_;
+  std::unique_ptr<Evaluator> evaluator_;  // null without metrics.eval_interval
+  double eval_loss_ = 0;
+  int64_t eval_step_ = 0;                         // 0: no evaluation yet
+  std::unique_ptr<EventFileWriter> tensorboard_;  // null unless this rank writes events
+  std::unique_ptr<StepProfiler> profiler_;
 };
 
 }  // namespace flame::worker

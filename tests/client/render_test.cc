@@ -146,6 +146,42 @@ TEST(RenderJobDetails, ListsFactsAndAttempts) {
   EXPECT_THAT(text, HasSubstr("#2       20         running"));
 }
 
+TEST(RenderJobDetails, ShowsTheTrainingFactsOfTheLatestReport) {
+  flame::v1::Job job = RunningJob();
+  auto* progress = job.mutable_progress();
+  progress->set_max_loss(3.5);
+  progress->set_eval_loss(3.25);
+  progress->set_eval_step(20);
+  progress->set_skipped_steps(2);
+  progress->set_tflops(0.5);
+  progress->set_memory_gib(1.5);
+  progress->set_memory_peak_gib(2);
+  progress->set_data_loading_share(12.5);
+  progress->set_data_loading_seconds(0.25);
+  // Labels are padded to the widest ("eval loss", "grad norm", "data wait") plus two spaces.
+  const std::string text = RenderJobDetails(job, 1'000'000);
+  EXPECT_THAT(text, HasSubstr("loss       3.1416 (max over ranks 3.5000)\n"));
+  EXPECT_THAT(text, HasSubstr("eval loss  3.2500 at step 20\n"));
+  EXPECT_THAT(text, HasSubstr("skipped    2 updates"));
+  // No peak FLOPS on CPU: MFU is shown as undefined, the achieved TFLOPS still are.
+  EXPECT_THAT(text, HasSubstr("mfu        - (no peak FLOPS for this device; 0.5 TFLOPS"));
+  EXPECT_THAT(text, HasSubstr("memory     1.50 GiB (peak 2.00 GiB)\n"));
+  EXPECT_THAT(text, HasSubstr("data wait  12.5% of the step time (0.250s per step)\n"));
+  progress->set_mfu(41.25);
+  progress->set_memory_active_gib(1.25);
+  const std::string on_gpu = RenderJobDetails(job, 1'000'000);
+  EXPECT_THAT(on_gpu, HasSubstr("mfu        41.25% (0.5 TFLOPS per device)\n"));
+  EXPECT_THAT(on_gpu, HasSubstr("(peak 2.00 GiB, active 1.25 GiB)"));
+}
+
+TEST(RenderWatchLine, ShowsTheLatestEvalLossOnceThereIsOne) {
+  flame::v1::Job job = RunningJob();
+  EXPECT_THAT(RenderWatchLine(job), Not(HasSubstr("eval")));
+  job.mutable_progress()->set_eval_loss(2.71828);
+  job.mutable_progress()->set_eval_step(20);
+  EXPECT_THAT(RenderWatchLine(job), HasSubstr("loss 3.1416  eval 2.7183  12.3k tok/s"));
+}
+
 TEST(RenderJobSummary, NamesTheJobAndItsState) {
   flame::v1::Job job = RunningJob();
   job.set_state(flame::v1::JOB_STATE_CANCELLING);

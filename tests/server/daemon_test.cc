@@ -179,6 +179,12 @@ TEST_F(DaemonTest, AJobRoundTripsThroughBothServices) {
     report.mutable_progress()->set_step(10);
     report.mutable_progress()->set_loss(4.25);
     report.mutable_progress()->set_tokens_per_second(1500);
+    report.mutable_progress()->set_max_loss(4.5);
+    report.mutable_progress()->set_eval_loss(4.125);
+    report.mutable_progress()->set_eval_step(10);
+    report.mutable_progress()->set_data_loading_share(7.5);
+    report.mutable_progress()->set_skipped_steps(1);
+    report.mutable_progress()->set_memory_peak_gib(0.5);
     flame::v1::Directive directive;
     ASSERT_TRUE(workers_->ReportProgress(&context, report, &directive).ok());
     EXPECT_EQ(directive.action(), flame::v1::WORKER_ACTION_CONTINUE);
@@ -189,7 +195,17 @@ TEST_F(DaemonTest, AJobRoundTripsThroughBothServices) {
   EXPECT_THAT(metrics,
               HasSubstr(absl::StrCat("flame_job_loss{job_id=\"", submitted.id(), "\"} 4.25")));
   EXPECT_THAT(metrics, HasSubstr("flame_jobs{state=\"running\"} 1"));
+  const std::string job_label = absl::StrCat("{job_id=\"", submitted.id(), "\"} ");
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("flame_job_max_loss", job_label, "4.5")));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("flame_job_eval_loss", job_label, "4.125")));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("flame_job_eval_step", job_label, "10")));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("flame_job_data_loading_percent", job_label, "7.5")));
+  EXPECT_THAT(metrics, HasSubstr(absl::StrCat("flame_job_skipped_steps", job_label, "1")));
+  EXPECT_THAT(metrics,
+              HasSubstr(absl::StrCat("flame_job_memory_peak_bytes", job_label, "536870912")));
   EXPECT_EQ(GetJob(submitted.id()).history_size(), 1);
+  EXPECT_DOUBLE_EQ(GetJob(submitted.id()).history(0).eval_loss(), 4.125);
+  EXPECT_DOUBLE_EQ(GetJob(submitted.id()).progress().eval_loss(), 4.125);
   EXPECT_EQ(ListJobs()[0].history_size(), 0);  // lists are summaries
 
   // A watch started now follows the job to its end.

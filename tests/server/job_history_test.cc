@@ -77,5 +77,25 @@ TEST(JobHistory, APointCarriesTheProgressFields) {
   EXPECT_EQ(point.time_ms(), 42);
 }
 
+TEST(JobHistory, APointKeepsTheEvalLossOnlyAtTheStepItWasMeasured) {
+  flame::v1::Progress progress;
+  progress.set_step(100);
+  progress.set_loss(4.5);
+  progress.set_max_loss(4.75);
+  progress.set_tokens(51200);
+  progress.set_mfu(12.5);
+  progress.set_eval_loss(4.25);
+  progress.set_eval_step(100);
+  const MetricPoint at_eval = HistoryPointFromProgress(progress);
+  EXPECT_DOUBLE_EQ(at_eval.max_loss(), 4.75);
+  EXPECT_EQ(at_eval.tokens(), 51200);
+  EXPECT_DOUBLE_EQ(at_eval.mfu(), 12.5);
+  ASSERT_TRUE(at_eval.has_eval_loss());
+  EXPECT_DOUBLE_EQ(at_eval.eval_loss(), 4.25);
+  // Later reports repeat the latest evaluation; their points do not claim it as their own.
+  progress.set_step(110);
+  EXPECT_FALSE(HistoryPointFromProgress(progress).has_eval_loss());
+}
+
 }  // namespace
 }  // namespace flame::server

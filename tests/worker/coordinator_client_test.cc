@@ -147,6 +147,59 @@ TEST_F(CoordinatorClientTest, BuffersReportsWhileUnavailableAndDeliversThemInOrd
   EXPECT_EQ(fake_.finishes()[0].step(), 20);
 }
 
+TEST_F(CoordinatorClientTest, EveryFactOfAProgressUpdateArrives) {
+  std::unique_ptr<CoordinatorClient> client = Connect();
+  ASSERT_TRUE(client->Join(1, "h").ok());
+  ProgressUpdate p;  // a distinct value in every field
+  p.step = 30;
+  p.total_steps = 300;
+  p.tokens = 61440;
+  p.loss = 5.5;
+  p.max_loss = 5.75;
+  p.lr = 2e-3;
+  p.grad_norm = 0.875;
+  p.tokens_per_second = 1024;
+  p.mfu = 12.5;
+  p.tflops = 0.125;
+  p.memory_gib = 1.5;
+  p.memory_active_gib = 1.25;
+  p.memory_peak_gib = 2.5;
+  p.step_seconds = 0.375;
+  p.data_loading_seconds = 0.0625;
+  p.data_loading_share = 16.5;
+  p.skipped_steps = 4;
+  p.elapsed_seconds = 11.25;
+  p.resumed_from_step = 20;
+  p.eval_loss = 5.25;
+  p.eval_step = 30;
+  client->ReportProgress(p);
+  ASSERT_TRUE(client->Finish(FinishReason::kCompleted, "", 30).ok());
+  ASSERT_EQ(fake_.progress().size(), 1u);
+  const flame::v1::ProgressReport report = fake_.progress()[0];
+  const flame::v1::Progress& got = report.progress();
+  EXPECT_EQ(got.step(), 30);
+  EXPECT_EQ(got.total_steps(), 300);
+  EXPECT_EQ(got.tokens(), 61440);
+  EXPECT_EQ(got.loss(), 5.5);
+  EXPECT_EQ(got.max_loss(), 5.75);
+  EXPECT_EQ(got.lr(), 2e-3);
+  EXPECT_EQ(got.grad_norm(), 0.875);
+  EXPECT_EQ(got.tokens_per_second(), 1024);
+  EXPECT_EQ(got.mfu(), 12.5);
+  EXPECT_EQ(got.tflops(), 0.125);
+  EXPECT_EQ(got.memory_gib(), 1.5);
+  EXPECT_EQ(got.memory_active_gib(), 1.25);
+  EXPECT_EQ(got.memory_peak_gib(), 2.5);
+  EXPECT_EQ(got.step_seconds(), 0.375);
+  EXPECT_EQ(got.data_loading_seconds(), 0.0625);
+  EXPECT_EQ(got.data_loading_share(), 16.5);
+  EXPECT_EQ(got.skipped_steps(), 4);
+  EXPECT_EQ(got.elapsed_seconds(), 11.25);
+  EXPECT_EQ(report.resumed_from_step(), 20);
+  EXPECT_EQ(got.eval_loss(), 5.25);
+  EXPECT_EQ(got.eval_step(), 30);
+}
+
 TEST_F(CoordinatorClientTest, AStaleReplyMakesTheTrainerAbandonAndSkipsFinish) {
   std::unique_ptr<CoordinatorClient> client = Connect();
   ASSERT_TRUE(client->Join(1, "h").ok());

@@ -184,5 +184,38 @@ TEST(TrainConfig, ValidationNamesTheBadKey) {
   EXPECT_TRUE(ValidateTrainConfig(bad).ok());
 }
 
+TEST(TrainConfig, MetricsAndProfilingChecksNameTheKey) {
+  TrainConfig config;
+  config.dump_folder = "/d";
+  config.model_config = "/m.json";
+  config.tokenizer_path = "/t.model";
+  config.training.dataset = {"/a.jsonl"};
+  const auto message = [](const TrainConfig& c) {
+    return std::string(ValidateTrainConfig(c).message());
+  };
+  TrainConfig bad = config;
+  bad.metrics.log_freq = 0;
+  EXPECT_EQ(message(bad).rfind("metrics.log_freq", 0), 0u) << message(bad);
+  bad = config;
+  bad.metrics.eval_interval = 50;  // without held-out files
+  EXPECT_EQ(message(bad).rfind("metrics.eval_dataset is required", 0), 0u) << message(bad);
+  bad.metrics.eval_dataset = {"/valid.jsonl"};
+  EXPECT_TRUE(ValidateTrainConfig(bad).ok());
+  bad.metrics.eval_steps = 0;
+  EXPECT_EQ(message(bad).rfind("metrics.eval_steps", 0), 0u) << message(bad);
+  bad = config;
+  bad.metrics.eval_interval = -1;
+  EXPECT_EQ(message(bad).rfind("metrics.eval_interval", 0), 0u) << message(bad);
+  bad = config;
+  bad.metrics.enable_tensorboard = true;
+  bad.metrics.save_tb_folder = "";
+  EXPECT_EQ(message(bad).rfind("metrics.save_tb_folder", 0), 0u) << message(bad);
+  bad = config;
+  bad.profiling.profile_freq = 0;  // off: not looked at
+  EXPECT_TRUE(ValidateTrainConfig(bad).ok());
+  bad.profiling.enable_profiling = true;
+  EXPECT_EQ(message(bad).rfind("profiling.profile_freq", 0), 0u) << message(bad);
+}
+
 }  // namespace
 }  // namespace flame::worker

@@ -128,6 +128,12 @@ TEST(WorkerProcess, TrainsReportsCommitsCheckpointsAndResumesFromThem) {
     EXPECT_EQ(progress.back().resumed_from_step(), 0);
     EXPECT_LT(progress.back().progress().loss(), progress.front().progress().loss());
     EXPECT_EQ(progress.back().progress().tokens(), 12 * 2 * 64);
+    // The facts beyond loss and tokens travel too (tests/worker/trainer_metrics_test.cc checks
+    // their values).
+    EXPECT_GT(progress.back().progress().tflops(), 0);
+    EXPECT_GT(progress.back().progress().step_seconds(), 0);
+    EXPECT_GT(progress.back().progress().memory_peak_gib(), 0);
+    EXPECT_GE(progress.back().progress().max_loss(), progress.back().progress().loss());
     ASSERT_EQ(fake.commits().size(), 2u);
     EXPECT_EQ(fake.commits()[0].checkpoint().step(), 6);
     EXPECT_EQ(fake.commits()[1].checkpoint().path(), dir.path() + "/dump/checkpoint/step-12");

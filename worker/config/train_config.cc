@@ -18,6 +18,33 @@ absl::Status RequirePositive(const std::string& key, int64_t value) {
   return Invalid(key, absl::StrCat("must be positive (got ", value, ")"));
 }
 
+absl::Status ValidateMetrics(const MetricsConfig& m) {
+  FLAME_RETURN_IF_ERROR(RequirePositive("metrics.log_freq", m.log_freq));
+  if (m.enable_tensorboard && m.save_tb_folder.empty()) {
+    return Invalid("metrics.save_tb_folder", "must not be empty when enable_tensorboard is set");
+  }
+  if (m.eval_interval < 0) {
+    return Invalid("metrics.eval_interval",
+                   absl::StrCat("must be >= 0 (0: no eval; got ", m.eval_interval, ")"));
+  }
+  if (m.eval_interval > 0 && m.eval_dataset.empty()) {
+    return Invalid("metrics.eval_dataset",
+                   absl::StrCat("is required when metrics.eval_interval is set (got ",
+                                m.eval_interval, "): name the held-out files"));
+  }
+  if (m.eval_interval == 0) return absl::OkStatus();
+  return RequirePositive("metrics.eval_steps", m.eval_steps);
+}
+
+absl::Status ValidateProfiling(const ProfilingConfig& p) {
+  if (!p.enable_profiling) return absl::OkStatus();
+  FLAME_RETURN_IF_ERROR(RequirePositive("profiling.profile_freq", p.profile_freq));
+  if (p.save_traces_folder.empty()) {
+    return Invalid("profiling.save_traces_folder", "must not be empty when profiling is enabled");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string TrainConfig::CheckpointRoot() const {
@@ -71,7 +98,8 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.checkpoint.load_step < -1) return Invalid("checkpoint.load_step", "must be -1 or a step");
   if (c.checkpoint.folder.empty()) return Invalid("checkpoint.folder", "must not be empty");
   if (c.dump_folder.empty()) return Invalid("job.dump_folder", "is required");
-  return RequirePositive("metrics.log_freq", c.metrics.log_freq);
+  FLAME_RETURN_IF_ERROR(ValidateMetrics(c.metrics));
+  return ValidateProfiling(c.profiling);
 }
 
 std::string DescribeTrainConfig(const TrainConfig& c) {
@@ -97,7 +125,16 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
       absl::StrCat("checkpoint = ", c.checkpoint.enable_checkpoint ? "on" : "off", ", folder ",
                    c.checkpoint.folder, ", interval ", c.checkpoint.interval, ", keep_latest_k ",
                    c.checkpoint.keep_latest_k, ", load_step ", c.checkpoint.load_step),
-      absl::StrCat("metrics.log_freq = ", c.metrics.log_freq),
+      absl::StrCat("metrics = log_freq ", c.metrics.log_freq, ", tensorboard ",
+                   c.metrics.enable_tensorboard ? c.metrics.save_tb_folder : "off",
+                   c.metrics.save_for_all_ranks ? " (all ranks)" : "", ", wandb ",
+                   c.metrics.enable_wandb, ", eval_interval ", c.metrics.eval_interval,
+                   ", eval_steps ", c.metrics.eval_steps),
+      absl::StrCat("metrics.eval_dataset = ", absl::StrJoin(c.metrics.eval_dataset, ",")),
+      absl::StrCat("profiling = ", c.profiling.enable_profiling
+                                       ? absl::StrCat("every ", c.profiling.profile_freq,
+                                                      " steps to ", c.profiling.save_traces_folder)
+                                       : std::string("off")),
       absl::StrCat("resources.device = ", c.device),
   };
   return absl::StrJoin(lines, "\n");

@@ -66,28 +66,29 @@ struct CheckpointConfig {
   std::vector<std::string> exclude_from_loading;
 };
 
-struct MetricsConfig {
-  int64_t log_freq = 10;  // report step 1 and every log_freq steps
-  bool enable_tensorboard = false;
-  std::string save_tb_folder = "tb";  // under dump_folder
-  bool save_for_all_ranks = false;
-  bool enable_wandb = false;
-  // Held-out loss (ours, not flame's): every eval_interval steps (0: off), eval_steps batches.
-  int64_t eval_interval = 0;
-  std::vector<std::string> eval_dataset;  // local files, like TrainingConfig::dataset
-  int64_t eval_steps = 8;
-};
-
-struct ProfilingConfig {
-  bool enable_profiling = false;
-  std::string save_traces_folder = "profile_traces";  // under dump_folder
-  int64_t profile_freq = 10;
-};
-
 // Collective timeouts: init_timeout_seconds until step 1 ends, train_timeout_seconds after.
 struct CommConfig {
   int64_t init_timeout_seconds = 300;
   int64_t train_timeout_seconds = 100;
+};
+
+// [metrics]: flame's names and defaults, plus a held-out evaluation.
+struct MetricsConfig {
+  int64_t log_freq = 10;  // report step 1 and every log_freq steps
+  bool enable_tensorboard = false;
+  std::string save_tb_folder = "tb";      // under dump_folder, then <YYYYmmdd-HHMM>/
+  bool save_for_all_ranks = false;        // TensorBoard: every rank writes to rank_<r>/
+  bool enable_wandb = false;              // W&B is not reachable from flame: a warning only
+  int64_t eval_interval = 0;              // 0: no eval
+  std::vector<std::string> eval_dataset;  // held-out files, same formats as training.dataset
+  int64_t eval_steps = 8;                 // batches per evaluation
+};
+
+// [profiling]: a Chrome trace of one step every profile_freq steps.
+struct ProfilingConfig {
+  bool enable_profiling = false;
+  std::string save_traces_folder = "profile_traces";  // under dump_folder
+  int64_t profile_freq = 10;
 };
 
 struct TrainConfig {

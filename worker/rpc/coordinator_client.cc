@@ -73,6 +73,13 @@ void FillProgress(const ProgressUpdate& from, flame::v1::Progress* to) {
   to->set_data_loading_share(from.data_loading_share);
   to->set_skipped_steps(from.skipped_steps);
   to->set_elapsed_seconds(from.elapsed_seconds);
+  to->set_tflops(from.tflops);
+  to->set_memory_active_gib(from.memory_active_gib);
+  to->set_memory_peak_gib(from.memory_peak_gib);
+  to->set_step_seconds(from.step_seconds);
+  to->set_data_loading_seconds(from.data_loading_seconds);
+  to->set_eval_loss(from.eval_loss);
+  to->set_eval_step(from.eval_step);
 }
 
 }  // namespace
