@@ -1,76 +1,28 @@
 #include "worker/data/text_batch_loader.h"
 
 #include <algorithm>
-#include <tuple>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "nlohmann/json.hpp"
 
 namespace flame::worker {
 
-std::string EncodeDataPosition(const DataPosition& p) {
-  nlohmann::json json = {
-      {"rank", p.rank},
-      {"world_size", p.world_size},
-      {"epoch", p.epoch},
-      {"file_index", p.cursor.file_index},
-      {"byte_offset", p.cursor.byte_offset},
-      {"doc_index", p.cursor.doc_index},
-      {"pending", p.pending},
-  };
-  return json.dump();
-}
-
-absl::StatusOr<DataPosition> DecodeDataPosition(const std::string& text) {
-  const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-  const char* const kFields[] = {"rank",        "world_size", "epoch",  "file_index",
-                                 "byte_offset", "doc_index",  "pending"};
-  bool complete = json.is_object();
-  for (const char* field : kFields) complete = complete && json.contains(field);
-  if (!complete || !json.at("pending").is_array()) {
-    return absl::DataLossError("data position is not a complete JSON object");
-  }
-  DataPosition p;
-  try {
-    p.rank = json.at("rank").get<int64_t>();
-    p.world_size = json.at("world_size").get<int64_t>();
-    p.epoch = json.at("epoch").get<int64_t>();
-    p.cursor.file_index = json.at("file_index").get<int64_t>();
-    p.cursor.byte_offset = json.at("byte_offset").get<int64_t>();
-    p.cursor.doc_index = json.at("doc_index").get<int64_t>();
-    p.pending = json.at("pending").get<std::vector<int32_t>>();
-  } catch (const nlohmann::json::exception& e) {
-    return absl::DataLossError(
-        absl::StrCat("data position has a field of the wrong type: ", e.what()));
-  }
-  return p;
-}
-
-DataPosition ReshardDataPosition(const std::vector<DataPosition>& saved, int64_t rank,
-                                 int64_t world_size) {
-  DataPosition start;
-  bool first = true;
-  for (const DataPosition& p : saved) {
-    if (first ||
-        std::tie(p.epoch, p.cursor.doc_index) < std::tie(start.epoch, start.cursor.doc_index)) {
-      start = p;
-      first = false;
-    }
-  }
-  start.rank = rank;
-  start.world_size = world_size;
-  start.pending.clear();
-  return start;
-}
-
 std::vector<int64_t> VarlenBoundaries(const std::vector<int32_t>& row, int32_t bos_id,
-                                      int64_t context_len) {
-  std::vector<int64_t> starts = {0};
-  for (size_t i = 1; i < row.size(); ++i) {
-    if (row[i] == bos_id) starts.push_back(static_cast<int64_t>(i));
-  }
+                                      int32_t eos_id, int64_t context_len,
+                                      const std::vector<int64_t>& breaks) {
   const auto length = static_cast<int64_t>(row.size());
+  std::vector<int64_t> starts = {0};
+  for (int64_t i = 1; i < length; ++i) {
+    // flame's collator: documents start at a BOS; without one, right after an EOS.
+    const bool start = bos_id >= 0 ? row[static_cast<size_t>(i)] == bos_id
+                                   : eos_id >= 0 && row[static_cast<size_t>(i - 1)] == eos_id;
+    if (start) starts.push_back(i);
+  }
+  for (int64_t b : breaks) {
+    if (b > 0 && b < length) starts.push_back(b);
+  }
+  std::sort(starts.begin(), starts.end());
+  starts.erase(std::unique(starts.begin(), starts.end()), starts.end());
   starts.push_back(length);
   std::vector<int64_t> bounds;
   for (size_t s = 0; s + 1 < starts.size(); ++s) {
@@ -80,45 +32,112 @@ std::vector<int64_t> VarlenBoundaries(const std::vector<int32_t>& row, int32_t b
   return bounds;
 }
 
+TextBatchLoader::TextBatchLoader(LoaderOptions options, const Tokenizer* tokenizer,
+                                 SourceMixture mixture,
+                                 std::vector<std::unique_ptr<DocumentSource>> sources)
+    : options_(std::move(options)),
+      tokenizer_(tokenizer),
+      mixture_(std::move(mixture)),
+      sources_(std::move(sources)) {
+  state_ = InitialDataPosition(options_.rank, options_.world_size, source_count());
+}
+
 absl::StatusOr<std::unique_ptr<TextBatchLoader>> TextBatchLoader::Create(
     const LoaderOptions& options, const Tokenizer* tokenizer) {
-  if (options.batch_size <= 0 || options.seq_len <= 0) {
-    return absl::InvalidArgumentError("batch_size and seq_len must be positive");
+  if (options.batch_size <= 0 || options.seq_len <= 0 || options.context_len <= 0) {
+    return absl::InvalidArgumentError("batch_size, seq_len and context_len must be positive");
   }
   if (options.world_size <= 0 || options.rank < 0 || options.rank >= options.world_size) {
     return absl::InvalidArgumentError(
         absl::StrCat("rank ", options.rank, " is outside world size ", options.world_size));
   }
   if (options.varlen && options.batch_size != 1) {
-    return absl::InvalidArgumentError("varlen packing needs batch_size 1");
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.batch_size must be 1 when training.varlen is set (got ",
+                     options.batch_size, "): varlen packs documents into one row"));
   }
-  FLAME_ASSIGN_OR_RETURN(DocumentReader reader, DocumentReader::Open(options.files));
+  if (options.sources.empty()) return absl::InvalidArgumentError("training.dataset is empty");
+  FLAME_ASSIGN_OR_RETURN(
+      SourceMixture mixture,
+      SourceMixture::Create(options.probs, static_cast<int64_t>(options.sources.size()),
+                            options.seed));
+  std::vector<std::unique_ptr<DocumentSource>> sources;
+  for (const std::string& path : options.sources) {
+    FLAME_ASSIGN_OR_RETURN(std::unique_ptr<DocumentSource> source,
+                           OpenDocumentSource(path, tokenizer));
+    sources.push_back(std::move(source));
+  }
   return std::unique_ptr<TextBatchLoader>(
-      new TextBatchLoader(options, tokenizer, std::move(reader)));
+      new TextBatchLoader(options, tokenizer, std::move(mixture), std::move(sources)));
+}
+
+absl::Status TextBatchLoader::EnterStream() {
+  std::vector<DocumentStream>& streams = state_.streams;
+  while (streams.front().bounded() && !streams.front().HasDocumentsLeft()) {
+    streams.erase(streams.begin());  // the last stream is unbounded: this ends
+  }
+  for (size_t s = 0; s < sources_.size(); ++s) {
+    FLAME_RETURN_IF_ERROR(sources_[s]->Seek(streams.front().cursors[s]));
+  }
+  entered_ = true;
+  return absl::OkStatus();
 }
 
 absl::Status TextBatchLoader::FillOne() {
-  std::string text;
   while (true) {
-    const bool mine = reader_.cursor().doc_index % options_.world_size == options_.rank;
-    FLAME_ASSIGN_OR_RETURN(const bool found, reader_.Next(mine ? &text : nullptr));
-    if (!found) {
-      // End of the corpus. An epoch without a single document for this rank would loop forever.
-      if (!found_in_epoch_) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "training.dataset has ", reader_.cursor().doc_index, " documents, too few for rank ",
-            options_.rank, " of ", options_.world_size));
-      }
-      ++epoch_;
-      found_in_epoch_ = false;
-      FLAME_RETURN_IF_ERROR(reader_.Seek(DocumentCursor{}));
+    if (!entered_) FLAME_RETURN_IF_ERROR(EnterStream());
+    DocumentStream& stream = state_.streams.front();
+    if (!stream.HasDocumentsLeft()) {  // a handed-over stream is done
+      state_.streams.erase(state_.streams.begin());
+      entered_ = false;
       continue;
     }
-    if (!mine) continue;
-    found_in_epoch_ = true;
-    FLAME_ASSIGN_OR_RETURN(std::vector<int32_t> ids, tokenizer_->Encode(text));
-    pending_.insert(pending_.end(), ids.begin(), ids.end());
+    const int64_t g = stream.next;
+    const int64_t source = mixture_.SourceOf(g);
+    const bool mine = g % stream.stride == stream.phase;
+    std::vector<int32_t> ids;
+    // Every rank walks every document, so that each source's reader knows where it stands;
+    // other ranks' documents are skipped without tokenizing.
+    FLAME_RETURN_IF_ERROR(sources_[static_cast<size_t>(source)]->Next(mine ? &ids : nullptr));
+    ++stream.next;
+    if (!mine || ids.empty()) continue;
+    state_.pending.insert(state_.pending.end(), ids.begin(), ids.end());
+    std::vector<SourceRun>& runs = state_.pending_runs;
+    if (!runs.empty() && runs.back().source == source) {
+      runs.back().tokens += static_cast<int64_t>(ids.size());
+    } else {
+      runs.push_back({source, static_cast<int64_t>(ids.size())});
+    }
     return absl::OkStatus();
+  }
+}
+
+void TextBatchLoader::TakePending(size_t count, std::vector<int32_t>* row,
+                                  std::vector<int64_t>* breaks,
+                                  std::vector<int64_t>* source_tokens) {
+  std::vector<int32_t>& pending = state_.pending;
+  const auto cut = static_cast<std::ptrdiff_t>(count);
+  row->assign(pending.begin(), pending.begin() + cut);
+  pending.erase(pending.begin(), pending.begin() + cut);
+  std::vector<int64_t> kept;
+  for (int64_t b : state_.pending_breaks) {
+    if (b < cut) {
+      breaks->push_back(b);
+    } else {
+      kept.push_back(b - cut);
+    }
+  }
+  state_.pending_breaks = std::move(kept);
+  source_tokens->assign(sources_.size(), 0);
+  auto left = static_cast<int64_t>(count);
+  std::vector<SourceRun>& runs = state_.pending_runs;
+  while (left > 0) {
+    SourceRun& run = runs.front();
+    const int64_t used = std::min(left, run.tokens);
+    (*source_tokens)[static_cast<size_t>(run.source)] += used;
+    run.tokens -= used;
+    left -= used;
+    if (run.tokens == 0) runs.erase(runs.begin());
   }
 }
 
@@ -127,39 +146,53 @@ absl::StatusOr<Batch> TextBatchLoader::Next() {
   batch.batch_size = options_.batch_size;
   batch.seq_len = options_.seq_len;
   const auto needed = static_cast<size_t>(options_.batch_size * options_.seq_len);
-  while (pending_.size() < needed) FLAME_RETURN_IF_ERROR(FillOne());
-  batch.ids.assign(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(needed));
-  pending_.erase(pending_.begin(), pending_.begin() + static_cast<std::ptrdiff_t>(needed));
+  while (state_.pending.size() < needed) FLAME_RETURN_IF_ERROR(FillOne());
+  std::vector<int64_t> breaks;
+  TakePending(needed, &batch.ids, &breaks, &batch.source_tokens);
+  for (size_t s = 0; s < sources_.size(); ++s) state_.source_tokens[s] += batch.source_tokens[s];
   if (options_.varlen) {
-    batch.cu_seqlens = VarlenBoundaries(batch.ids, tokenizer_->BosId(), options_.context_len);
+    batch.cu_seqlens = VarlenBoundaries(batch.ids, tokenizer_->BosId(), tokenizer_->EosId(),
+                                        options_.context_len, breaks);
   }
   return batch;
 }
 
 DataPosition TextBatchLoader::Position() const {
-  DataPosition p;
-  p.rank = options_.rank;
-  p.world_size = options_.world_size;
-  p.epoch = epoch_;
-  p.cursor = reader_.cursor();
-  p.pending = pending_;
+  DataPosition p = state_;
+  if (entered_) {
+    for (size_t s = 0; s < sources_.size(); ++s) {
+      p.streams.front().cursors[s] = sources_[s]->cursor();
+    }
+  }
+  // Handed-over streams already read to their end carry nothing.
+  std::erase_if(p.streams, [](const DocumentStream& s) { return !s.HasDocumentsLeft(); });
   return p;
 }
 
 absl::Status TextBatchLoader::Restore(const DataPosition& position) {
   if (position.rank != options_.rank || position.world_size != options_.world_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("data position of rank ", position.rank, "/", position.world_size,
-                     " restored into rank ", options_.rank, "/", options_.world_size,
-                     " (use ReshardDataPosition when the rank count changed)"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data position of rank ", position.rank, "/", position.world_size, " restored into rank ",
+        options_.rank, "/", options_.world_size,
+        " (use ReshardDataPositions when the rank count changed)"));
   }
-  FLAME_RETURN_IF_ERROR(reader_.Seek(position.cursor));
-  epoch_ = position.epoch;
-  pending_ = position.pending;
-  // A restored position is mid-epoch: this rank had documents in it, or it will find out at the
-  // end of the epoch after next (a corpus does not lose documents between runs).
-  found_in_epoch_ = true;
-  return absl::OkStatus();
+  if (position.legacy) {
+    return absl::InvalidArgumentError(
+        "an old-format data position must go through UpgradeLegacyDataPositions first");
+  }
+  // The checks of a whole run's positions, on this one (as rank 0 of a run of one, shifted).
+  DataPosition alone = position;
+  alone.rank = 0;
+  alone.world_size = 1;
+  alone.streams.back().stride = 1;
+  alone.streams.back().phase = 0;
+  FLAME_RETURN_IF_ERROR(ValidateDataPositions({alone}, source_count()));
+  if (position.streams.back().stride != options_.world_size) {
+    return absl::DataLossError("data position: its stream does not match the rank count");
+  }
+  state_ = position;
+  entered_ = false;
+  return EnterStream();
 }
 
 }  // namespace flame::worker

@@ -1,0 +1,229 @@
+#include "worker/data/corpus_tokenizer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/files.h"
+#include "common/status_macros.h"
+#include "worker/data/document_reader.h"
+#include "worker/data/document_source.h"
+#include "worker/data/token_shard_writer.h"
+
+namespace flame::worker {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr size_t kChunkDocuments = 256;
+
+struct Chunk {
+  int64_t sequence = 0;
+  std::vector<std::string> texts;
+};
+
+struct Tokenized {
+  absl::Status status;
+  std::vector<std::vector<int32_t>> documents;
+};
+
+// Tokenizer threads fed through a bounded queue; results come back by chunk sequence number.
+class TokenizerPool {
+ public:
+  TokenizerPool(const Tokenizer& tokenizer, int threads) : tokenizer_(tokenizer) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
+  }
+  ~TokenizerPool() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closing_ = true;
+    }
+    changed_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+
+  void Submit(Chunk chunk) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    work_.push_back(std::move(chunk));
+    changed_.notify_all();
+  }
+
+  // Waits for the result of chunk `sequence`.
+  Tokenized Take(int64_t sequence) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    changed_.wait(lock, [&] { return done_.count(sequence) > 0; });
+    Tokenized result = std::move(done_[sequence]);
+    done_.erase(sequence);
+    return result;
+  }
+
+ private:
+  void Work() {
+    while (true) {
+      Chunk chunk;
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        changed_.wait(lock, [this] { return closing_ || !work_.empty(); });
+        if (work_.empty()) return;
+        chunk = std::move(work_.front());
+        work_.pop_front();
+      }
+      Tokenized result;
+      for (const std::string& text : chunk.texts) {
+        absl::StatusOr<std::vector<int32_t>> ids = EncodeDocument(tokenizer_, text);
+        if (!ids.ok()) {
+          result.status = ids.status();
+          break;
+        }
+        result.documents.push_back(*std::move(ids));
+      }
+      std::lock_guard<std::mutex> lock(mutex_);
+      done_[chunk.sequence] = std::move(result);
+      changed_.notify_all();
+    }
+  }
+
+  const Tokenizer& tokenizer_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Chunk> work_;              // guarded by mutex_
+  std::map<int64_t, Tokenized> done_;  // guarded by mutex_
+  bool closing_ = false;                // guarded by mutex_
+  std::vector<std::thread> threads_;
+};
+
+std::string Grouped(int64_t value) {
+  std::string digits = std::to_string(value), out;
+  for (size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out.push_back(',');
+    out.push_back(digits[i]);
+  }
+  return out;
+}
+
+// One line on stderr, redrawn in place ("\r") at most ten times a second.
+class ProgressLine {
+ public:
+  ProgressLine(bool enabled, int64_t total_bytes)
+      : enabled_(enabled), total_bytes_(total_bytes), start_(Clock::now()) {}
+
+  void Update(const TokenizeSummary& s, int64_t bytes_read, bool final) {
+    if (!enabled_) return;
+    const Clock::time_point now = Clock::now();
+    if (!final && now - last_ < std::chrono::milliseconds(100)) return;
+    last_ = now;
+    const double seconds = std::max(1e-6, std::chrono::duration<double>(now - start_).count());
+    const double fraction =
+        total_bytes_ > 0 ? std::min(1.0, static_cast<double>(bytes_read) / total_bytes_) : 1.0;
+    const double eta = fraction > 0 ? seconds * (1 - fraction) / fraction : 0;
+    constexpr int kWidth = 24;
+    const int filled = static_cast<int>(fraction * kWidth);
+    const auto eta_s = static_cast<int64_t>(eta);
+    std::fprintf(stderr, "\r[%s%s] %3.0f%%  %s docs  %s tokens  %.1f MB/s  ETA %02d:%02d:%02d ",
+                 std::string(filled, '#').c_str(), std::string(kWidth - filled, '.').c_str(),
+                 100 * fraction, Grouped(s.documents).c_str(), Grouped(s.tokens).c_str(),
+                 static_cast<double>(bytes_read) / 1e6 / seconds, static_cast<int>(eta_s / 3600),
+                 static_cast<int>(eta_s / 60 % 60), static_cast<int>(eta_s % 60));
+    if (final) std::fputc('\n', stderr);
+    std::fflush(stderr);
+  }
+
+ private:
+  bool enabled_;
+  int64_t total_bytes_;
+  Clock::time_point start_;
+  Clock::time_point last_;
+};
+
+}  // namespace
+
+absl::StatusOr<int64_t> ParseCount(const std::string& text) {
+  std::string digits = text;
+  int64_t unit = 1;
+  if (!digits.empty()) {
+    switch (digits.back()) {
+      case 'K': case 'k': unit = int64_t{1} << 10; break;
+      case 'M': case 'm': unit = int64_t{1} << 20; break;
+      case 'G': case 'g': unit = int64_t{1} << 30; break;
+      default: break;
+    }
+    if (unit > 1) digits.pop_back();
+  }
+  int64_t value = 0;
+  if (!absl::SimpleAtoi(digits, &value) || value <= 0 || value > (int64_t{1} << 50) / unit) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("\"", text, "\" is not a positive count (e.g. 1000, 64K, 256M)"));
+  }
+  return value * unit;
+}
+
+absl::StatusOr<TokenizeSummary> TokenizeCorpus(const Tokenizer& tokenizer,
+                                               const TokenizeOptions& options) {
+  if (options.inputs.empty()) return absl::InvalidArgumentError("no input files or folders");
+  if (options.workers < 1) return absl::InvalidArgumentError("--workers must be at least 1");
+  FLAME_ASSIGN_OR_RETURN(DocumentReader reader, DocumentReader::Open(options.inputs));
+  std::vector<int64_t> file_start = {0};  // bytes before each file, for progress
+  for (const std::string& file : reader.files()) {
+    FLAME_ASSIGN_OR_RETURN(const int64_t size, FileSize(file));
+    file_start.push_back(file_start.back() + size);
+  }
+  ShardTokenizerInfo info{options.tokenizer_name, tokenizer.VocabSize(), tokenizer.BosId(),
+                          tokenizer.EosId()};
+  FLAME_ASSIGN_OR_RETURN(std::unique_ptr<TokenShardWriter> writer,
+                         TokenShardWriter::Create(options.output, info, options.shard_tokens));
+
+  TokenizeSummary summary;
+  summary.input_bytes = file_start.back();
+  const Clock::time_point start = Clock::now();
+  ProgressLine progress(options.progress, summary.input_bytes);
+  const auto bytes_read = [&] {
+    const DocumentCursor& c = reader.cursor();
+    return file_start[static_cast<size_t>(c.file_index)] + c.byte_offset;
+  };
+  TokenizerPool pool(tokenizer, options.workers);
+  const int64_t max_in_flight = 2 * options.workers + 1;
+  int64_t submitted = 0, written = 0;
+  // Writes the oldest chunk (waiting for it).
+  const auto write_next = [&]() -> absl::Status {
+    Tokenized result = pool.Take(written++);
+    FLAME_RETURN_IF_ERROR(result.status);
+    for (const std::vector<int32_t>& ids : result.documents) {
+      FLAME_RETURN_IF_ERROR(writer->Add(ids));
+      ++summary.documents;
+      summary.tokens += static_cast<int64_t>(ids.size());
+    }
+    progress.Update(summary, bytes_read(), /*final=*/false);
+    return absl::OkStatus();
+  };
+  bool more = true;
+  while (more) {
+    Chunk chunk{submitted, {}};
+    std::string text;
+    while (chunk.texts.size() < kChunkDocuments) {
+      FLAME_ASSIGN_OR_RETURN(more, reader.Next(&text));
+      if (!more) break;
+      chunk.texts.push_back(std::move(text));
+    }
+    if (!chunk.texts.empty()) {
+      pool.Submit(std::move(chunk));
+      ++submitted;
+    }
+    while (submitted - written >= max_in_flight || (!more && written < submitted)) {
+      FLAME_RETURN_IF_ERROR(write_next());
+    }
+  }
+  FLAME_ASSIGN_OR_RETURN(const ShardManifest manifest, writer->Finish());
+  summary.shards = static_cast<int64_t>(manifest.shards.size());
+  summary.seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  progress.Update(summary, summary.input_bytes, /*final=*/true);
+  return summary;
+}
+
+}  // namespace flame::worker
