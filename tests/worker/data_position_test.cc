@@ -188,13 +188,14 @@ TEST(DecodeDataPosition, ReadsTheFirstFormatAndContinuesItExactly) {
   const SourceCursor& c = now.streams.back().cursors[0];
   const std::string legacy =
       "{\"rank\": 1, \"world_size\": 2, \"epoch\": 0, \"file_index\": " + std::to_string(c.file) +
-      ", \"byte_offset\": " + std::to_string(c.offset) + ", \"doc_index\": " +
-      std::to_string(c.doc) + ", \"pending\": [" +
+      ", \"byte_offset\": " + std::to_string(c.offset) +
+      ", \"doc_index\": " + std::to_string(c.doc) + ", \"pending\": [" +
       [&] {
         std::string ids;
         for (int32_t id : now.pending) ids += (ids.empty() ? "" : ",") + std::to_string(id);
         return ids;
-      }() + "]}";
+      }() +
+      "]}";
   absl::StatusOr<DataPosition> decoded = DecodeDataPosition(legacy);
   ASSERT_TRUE(decoded.ok()) << decoded.status();
   EXPECT_TRUE(decoded->legacy);

@@ -59,8 +59,7 @@ TEST(SourceMixture, RefusesBadProbabilitiesNamingTheKey) {
   EXPECT_NE(status.message().find("training.data_probs is required"), std::string::npos) << status;
   config.training.data_probs = {1, 0};
   status = ValidateTrainConfig(config);
-  EXPECT_NE(status.message().find("training.data_probs values must be positive"),
-            std::string::npos)
+  EXPECT_NE(status.message().find("training.data_probs values must be positive"), std::string::npos)
       << status;
   config.training.data_probs = {1, 2};
   EXPECT_TRUE(ValidateTrainConfig(config).ok());
@@ -88,8 +87,8 @@ TEST(TextBatchLoader, MixesSourcesByProbabilityAndCountsTheirTokens) {
   // Source 2 has only 5 documents: it runs out many times (all_exhausted) while the others go on.
   MixedCorpus corpus;
   for (int s = 0; s < 3; ++s) {
-    corpus.sources.push_back(WriteLabelCorpus(corpus.dir.path(), "s" + std::to_string(s) +
-                                              ".jsonl", s, s == 2 ? 5 : 4000));
+    corpus.sources.push_back(WriteLabelCorpus(corpus.dir.path(), "s" + std::to_string(s) + ".jsonl",
+                                              s, s == 2 ? 5 : 4000));
   }
   std::unique_ptr<TextBatchLoader> loader = MakeMixedLoader(corpus);
   std::set<int32_t> first_ids[3];  // the first id of each document read, per source
@@ -125,8 +124,8 @@ TEST(TextBatchLoader, MixesSourcesByProbabilityAndCountsTheirTokens) {
 TEST(TextBatchLoader, ResumingMidwayReproducesTheSameSequenceOfSources) {
   MixedCorpus corpus;
   for (int s = 0; s < 3; ++s) {
-    corpus.sources.push_back(WriteLabelCorpus(corpus.dir.path(), "s" + std::to_string(s) +
-                                              ".jsonl", s, 30 + 10 * s));
+    corpus.sources.push_back(
+        WriteLabelCorpus(corpus.dir.path(), "s" + std::to_string(s) + ".jsonl", s, 30 + 10 * s));
   }
   std::unique_ptr<TextBatchLoader> straight = MakeMixedLoader(corpus);
   std::unique_ptr<TextBatchLoader> first = MakeMixedLoader(corpus);

@@ -101,7 +101,8 @@ TEST(TokenShards, TrainOnTheSameBatchesAsOnlineTokenization) {
     for (int64_t rank = 0; rank < 2; ++rank) {
       std::unique_ptr<TextBatchLoader> online =
           MakeLoader(DemoData("fortunes.jsonl"), DemoTokenizer(), rank, 2, varlen);
-      std::unique_ptr<TextBatchLoader> stored = MakeLoader(shards, DemoTokenizer(), rank, 2, varlen);
+      std::unique_ptr<TextBatchLoader> stored =
+          MakeLoader(shards, DemoTokenizer(), rank, 2, varlen);
       for (int b = 0; b < 40; ++b) {
         const absl::StatusOr<Batch> x = online->Next(), y = stored->Next();
         ASSERT_TRUE(x.ok() && y.ok()) << x.status() << y.status();
@@ -145,7 +146,8 @@ TEST(TokenShards, RefuseTruncatedOrCorruptShardsAndAnotherTokenizer) {
   };
   fresh_copy();  // a flipped byte in the middle of a token file
   {
-    std::fstream file(copy + "/shard-00001.tokens", std::ios::in | std::ios::out | std::ios::binary);
+    std::fstream file(copy + "/shard-00001.tokens",
+                      std::ios::in | std::ios::out | std::ios::binary);
     file.seekp(1001);
     file.put('\x7f');
   }
@@ -190,9 +192,8 @@ struct Outcome {
 
 Outcome RunTokenize(const std::string& dir, const std::string& args) {
   const std::string out = dir + "/stdout", err = dir + "/stderr";
-  const int status =
-      std::system((std::string(FLAME_TOKENIZE_BINARY) + " " + args + " >" + out + " 2>" + err)
-                      .c_str());
+  const int status = std::system(
+      (std::string(FLAME_TOKENIZE_BINARY) + " " + args + " >" + out + " 2>" + err).c_str());
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, ReadFileToString(out).value_or(""),
           ReadFileToString(err).value_or("")};
 }
@@ -216,16 +217,16 @@ TEST(FlameTokenize, WritesShardsAndExitsNonZeroOnBadInput) {
     EXPECT_NE(bad.err.find(words), std::string::npos) << args << ": " << bad.err;
   };
   expect_refused("--tokenizer " + model + " --output " + output + " " + corpus, "already exists");
-  expect_refused("--tokenizer " + model + " --output " + dir.path() + "/x " + dir.path() +
-                     "/missing.jsonl",
-                 "missing file");
-  expect_refused("--tokenizer " + model + " --output " + dir.path() + "/x --shard-size 12Q " +
-                     corpus,
-                 "--shard-size");
+  expect_refused(
+      "--tokenizer " + model + " --output " + dir.path() + "/x " + dir.path() + "/missing.jsonl",
+      "missing.jsonl does not exist");
+  expect_refused(
+      "--tokenizer " + model + " --output " + dir.path() + "/x --shard-size 12Q " + corpus,
+      "--shard-size");
   expect_refused("--output " + dir.path() + "/x " + corpus, "--tokenizer is required");
-  expect_refused("--tokenizer " + dir.path() + "/none.model --output " + dir.path() + "/x " +
-                     corpus,
-                 "none.model");
+  expect_refused(
+      "--tokenizer " + dir.path() + "/none.model --output " + dir.path() + "/x " + corpus,
+      "none.model");
   const std::string bad_json = testing::WriteFile(dir.path(), "bad.jsonl", "{\"x\": 1}\n");
   expect_refused("--tokenizer " + model + " --output " + dir.path() + "/x " + bad_json,
                  "\"text\" or \"content\"");

@@ -33,9 +33,8 @@ absl::Status ValidateDataProbs(const TrainingConfig& t) {
   }
   for (size_t i = 0; i < t.data_probs.size(); ++i) {
     if (!(t.data_probs[i] > 0) || !std::isfinite(t.data_probs[i])) {
-      return Invalid("training.data_probs",
-                     absl::StrCat("values must be positive (entry ", i + 1, " is ",
-                                  t.data_probs[i], ")"));
+      return Invalid("training.data_probs", absl::StrCat("values must be positive (entry ", i + 1,
+                                                         " is ", t.data_probs[i], ")"));
     }
   }
   return absl::OkStatus();

@@ -9,6 +9,7 @@
 #include <mutex>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -93,9 +94,9 @@ class TokenizerPool {
   const Tokenizer& tokenizer_;
   std::mutex mutex_;
   std::condition_variable changed_;
-  std::deque<Chunk> work_;              // guarded by mutex_
+  std::deque<Chunk> work_;             // guarded by mutex_
   std::map<int64_t, Tokenized> done_;  // guarded by mutex_
-  bool closing_ = false;                // guarded by mutex_
+  bool closing_ = false;               // guarded by mutex_
   std::vector<std::thread> threads_;
 };
 
@@ -147,14 +148,11 @@ class ProgressLine {
 absl::StatusOr<int64_t> ParseCount(const std::string& text) {
   std::string digits = text;
   int64_t unit = 1;
-  if (!digits.empty()) {
-    switch (digits.back()) {
-      case 'K': case 'k': unit = int64_t{1} << 10; break;
-      case 'M': case 'm': unit = int64_t{1} << 20; break;
-      case 'G': case 'g': unit = int64_t{1} << 30; break;
-      default: break;
-    }
-    if (unit > 1) digits.pop_back();
+  const size_t power = digits.empty() ? std::string::npos
+                                      : std::string("KMG").find(absl::ascii_toupper(digits.back()));
+  if (power != std::string::npos) {
+    unit = int64_t{1} << (10 * (power + 1));
+    digits.pop_back();
   }
   int64_t value = 0;
   if (!absl::SimpleAtoi(digits, &value) || value <= 0 || value > (int64_t{1} << 50) / unit) {
@@ -168,6 +166,11 @@ absl::StatusOr<TokenizeSummary> TokenizeCorpus(const Tokenizer& tokenizer,
                                                const TokenizeOptions& options) {
   if (options.inputs.empty()) return absl::InvalidArgumentError("no input files or folders");
   if (options.workers < 1) return absl::InvalidArgumentError("--workers must be at least 1");
+  for (const std::string& input : options.inputs) {
+    if (!PathExists(input)) {
+      return absl::NotFoundError(absl::StrCat("input ", input, " does not exist"));
+    }
+  }
   FLAME_ASSIGN_OR_RETURN(DocumentReader reader, DocumentReader::Open(options.inputs));
   std::vector<int64_t> file_start = {0};  // bytes before each file, for progress
   for (const std::string& file : reader.files()) {

@@ -17,11 +17,11 @@ namespace flame::worker {
 
 struct TokenizeOptions {
   std::vector<std::string> inputs;
-  std::string output;                    // the shard folder to create
-  std::string tokenizer_name;            // recorded in the manifest
+  std::string output;                       // the shard folder to create
+  std::string tokenizer_name;               // recorded in the manifest
   int64_t shard_tokens = int64_t{1} << 28;  // ids per shard (256 Mi: 512 MiB of uint16)
-  int workers = 1;                       // tokenizer threads
-  bool progress = false;                 // draw a progress line on stderr
+  int workers = 1;                          // tokenizer threads
+  bool progress = false;                    // draw a progress line on stderr
 };
 
 struct TokenizeSummary {

@@ -161,9 +161,11 @@ absl::Status ValidateDataPositions(const std::vector<DataPosition>& positions,
     }
     for (const DocumentStream& s : p.streams) {
       if (static_cast<int64_t>(s.cursors.size()) != source_count) {
-        return absl::FailedPreconditionError(
-            absl::StrCat(where, "was saved with ", s.cursors.size(), " data sources; "
-                         "training.dataset now lists ", source_count));
+        return absl::FailedPreconditionError(absl::StrCat(where, "was saved with ",
+                                                          s.cursors.size(),
+                                                          " data sources; "
+                                                          "training.dataset now lists ",
+                                                          source_count));
       }
       if (s.stride <= 0 || s.phase < 0 || s.phase >= s.stride || s.next < 0) {
         return absl::DataLossError(absl::StrCat(where, "has a malformed stream"));
@@ -215,8 +217,8 @@ bool UpgradeLegacyDataPositions(std::vector<DataPosition>* positions) {
   return false;
 }
 
-absl::StatusOr<std::vector<DataPosition>> ReshardDataPositions(
-    const std::vector<DataPosition>& old, int64_t new_world_size) {
+absl::StatusOr<std::vector<DataPosition>> ReshardDataPositions(const std::vector<DataPosition>& old,
+                                                               int64_t new_world_size) {
   if (new_world_size <= 0) return absl::InvalidArgumentError("world size must be positive");
   if (old.empty()) return absl::DataLossError("the checkpoint has no data positions");
   const size_t source_count = old.front().source_tokens.size();

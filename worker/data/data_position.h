@@ -90,7 +90,7 @@ bool UpgradeLegacyDataPositions(std::vector<DataPosition>* positions);
 
 // The positions of `new_world_size` ranks that continue exactly where `old` (all ranks of the
 // previous run, validated) stopped. Emitted-token counts of all old ranks go to new rank 0.
-absl::StatusOr<std::vector<DataPosition>> ReshardDataPositions(
-    const std::vector<DataPosition>& old, int64_t new_world_size);
+absl::StatusOr<std::vector<DataPosition>> ReshardDataPositions(const std::vector<DataPosition>& old,
+                                                               int64_t new_world_size);
 
 }  // namespace flame::worker

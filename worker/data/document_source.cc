@@ -85,8 +85,8 @@ absl::StatusOr<std::unique_ptr<DocumentSource>> OpenDocumentSource(const std::st
   }
   if (LooksLikeUnfinishedShards(path)) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "training.dataset entry ", path, " holds token shard files but no valid ",
-        kShardManifest, ": an interrupted or damaged flame-tokenize output; run it again"));
+        "training.dataset entry ", path, " holds token shard files but no valid ", kShardManifest,
+        ": an interrupted or damaged flame-tokenize output; run it again"));
   }
   FLAME_ASSIGN_OR_RETURN(DocumentReader reader, DocumentReader::Open({path}));
   return std::unique_ptr<DocumentSource>(

@@ -171,10 +171,10 @@ DataPosition TextBatchLoader::Position() const {
 
 absl::Status TextBatchLoader::Restore(const DataPosition& position) {
   if (position.rank != options_.rank || position.world_size != options_.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "data position of rank ", position.rank, "/", position.world_size, " restored into rank ",
-        options_.rank, "/", options_.world_size,
-        " (use ReshardDataPositions when the rank count changed)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("data position of rank ", position.rank, "/", position.world_size,
+                     " restored into rank ", options_.rank, "/", options_.world_size,
+                     " (use ReshardDataPositions when the rank count changed)"));
   }
   if (position.legacy) {
     return absl::InvalidArgumentError(

@@ -78,8 +78,8 @@ class TextBatchLoader {
   const Tokenizer* tokenizer_;
   SourceMixture mixture_;
   std::vector<std::unique_ptr<DocumentSource>> sources_;
-  DataPosition state_;     // streams_.front().cursors are stale while entered_ (sources have them)
-  bool entered_ = false;   // the sources stand at the first stream's place
+  DataPosition state_;    // streams_.front().cursors are stale while entered_ (sources have them)
+  bool entered_ = false;  // the sources stand at the first stream's place
 };
 
 // Varlen segment boundaries of one packed row: a segment starts at 0, at every BOS (or, for a

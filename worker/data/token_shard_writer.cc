@@ -51,8 +51,7 @@ absl::StatusOr<std::unique_ptr<TokenShardWriter>> TokenShardWriter::Create(
       (parent / absl::StrCat(".", out.filename().string(), ".tmp-", ::getpid())).string();
   fs::remove_all(temp, error);
   if (!fs::create_directory(temp, error)) {
-    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ",
-                                                    error.message()));
+    return absl::PermissionDeniedError(absl::StrCat("cannot create ", temp, ": ", error.message()));
   }
   return std::unique_ptr<TokenShardWriter>(
       new TokenShardWriter(out.string(), temp, std::move(tokenizer), shard_tokens));
@@ -92,8 +91,8 @@ absl::Status TokenShardWriter::CloseShard() {
   current_.tokens_crc32 = static_cast<uint32_t>(tokens_crc_);
   std::vector<uint8_t> index;
   for (uint64_t start : starts_) PutLittleEndian(start, 8, &index);
-  current_.index_crc32 =
-      static_cast<uint32_t>(crc32(crc32(0L, Z_NULL, 0), index.data(), static_cast<uInt>(index.size())));
+  current_.index_crc32 = static_cast<uint32_t>(
+      crc32(crc32(0L, Z_NULL, 0), index.data(), static_cast<uInt>(index.size())));
   const std::string index_path = absl::StrCat(temp_, "/", current_.name, ".index");
   std::FILE* file = std::fopen(index_path.c_str(), "wb");
   if (file == nullptr) return absl::InternalError(absl::StrCat("cannot create ", index_path));
@@ -113,9 +112,8 @@ absl::Status TokenShardWriter::Add(const std::vector<int32_t>& ids) {
   buffer_.clear();
   for (int32_t id : ids) {
     if (id < 0 || id >= manifest_.tokenizer.vocab_size) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("token id ", id, " is outside the vocabulary of ",
-                       manifest_.tokenizer.vocab_size));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token id ", id, " is outside the vocabulary of ", manifest_.tokenizer.vocab_size));
     }
     PutLittleEndian(static_cast<uint64_t>(id), manifest_.bytes_per_token, &buffer_);
   }

@@ -123,9 +123,8 @@ class TokenShardSource final : public DocumentSource {
     const std::string path = absl::StrCat(name_, "/", shard.info.name, ".tokens");
     if (!shard.verified) {
       if (Crc32(shard.tokens->data(), shard.tokens->size()) != shard.info.tokens_crc32) {
-        return absl::DataLossError(
-            absl::StrCat("token shard ", path, " is corrupt: its CRC-32 does not match ",
-                         kShardManifest));
+        return absl::DataLossError(absl::StrCat(
+            "token shard ", path, " is corrupt: its CRC-32 does not match ", kShardManifest));
       }
       shard.verified = true;
     }
@@ -140,8 +139,8 @@ class TokenShardSource final : public DocumentSource {
                                      : static_cast<uint32_t>(p[0] | (p[1] << 8) | (p[2] << 16) |
                                                              (static_cast<uint32_t>(p[3]) << 24));
       if (id >= static_cast<uint64_t>(manifest_.tokenizer.vocab_size)) {
-        return absl::DataLossError(absl::StrCat("token shard ", path, " holds id ", id,
-                                                ", outside the vocabulary"));
+        return absl::DataLossError(
+            absl::StrCat("token shard ", path, " holds id ", id, ", outside the vocabulary"));
       }
       (*ids)[i] = static_cast<int32_t>(id);
     }
@@ -158,10 +157,11 @@ class TokenShardSource final : public DocumentSource {
 absl::Status CheckTokenizer(const std::string& folder, const ShardTokenizerInfo& saved,
                             const Tokenizer& job) {
   const auto mismatch = [&](const char* what, int64_t shards, int64_t ours) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "token shards ", folder, " were made with another tokenizer (", saved.name, "): ", what,
-        " ", shards, " in the shards, ", ours, " in model.tokenizer_path; re-run flame-tokenize "
-        "with the job's tokenizer"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("token shards ", folder, " were made with another tokenizer (", saved.name,
+                     "): ", what, " ", shards, " in the shards, ", ours,
+                     " in model.tokenizer_path; re-run flame-tokenize "
+                     "with the job's tokenizer"));
   };
   if (saved.vocab_size != job.VocabSize()) {
     return mismatch("vocab size", saved.vocab_size, job.VocabSize());
@@ -185,8 +185,8 @@ absl::StatusOr<Shard> OpenShard(const std::string& folder, const ShardManifest& 
        {std::tuple(tokens_path, shard.tokens->size(), token_bytes),
         std::tuple(index_path, shard.index->size(), index_bytes)}) {
     if (have != want) {
-      return absl::DataLossError(absl::StrCat("token shard file ", path, " has ", have,
-                                              " bytes, ", kShardManifest, " implies ", want,
+      return absl::DataLossError(absl::StrCat("token shard file ", path, " has ", have, " bytes, ",
+                                              kShardManifest, " implies ", want,
                                               " (truncated or replaced?)"));
     }
   }
@@ -242,9 +242,9 @@ absl::StatusOr<ShardManifest> ReadShardManifest(const std::string& folder) {
   ShardManifest m;
   try {
     if (j.at("version").get<int>() != 1) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(path, ": shard format version ", j.at("version").dump(),
-                       " is newer than this worker reads (1)"));
+      return absl::FailedPreconditionError(absl::StrCat(path, ": shard format version ",
+                                                        j.at("version").dump(),
+                                                        " is newer than this worker reads (1)"));
     }
     const json& t = j.at("tokenizer");
     m.tokenizer = {t.at("name").get<std::string>(), t.at("vocab_size").get<int64_t>(),
