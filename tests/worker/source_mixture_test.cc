@@ -136,6 +136,7 @@ TEST(TextBatchLoader, ResumingMidwayReproducesTheSameSequenceOfSources) {
   const absl::StatusOr<DataPosition> saved =
       DecodeDataPosition(EncodeDataPosition(first->Position()));
   ASSERT_TRUE(saved.ok()) << saved.status();
+  EXPECT_EQ(saved->mixture, "0.5,0.3,0.2@42");  // to notice a changed mixture on resume
   std::unique_ptr<TextBatchLoader> resumed = MakeMixedLoader(corpus);
   ASSERT_TRUE(resumed->Restore(*saved).ok());
   for (int b = 0; b < 60; ++b) {  // across several epochs of every source

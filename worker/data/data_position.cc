@@ -52,6 +52,7 @@ DataPosition DecodeCurrent(const json& j) {
     p.streams.push_back(std::move(stream));
   }
   p.source_tokens = j.at("source_tokens").get<std::vector<int64_t>>();
+  p.mixture = j.at("mixture").get<std::string>();
   return p;
 }
 
@@ -124,7 +125,8 @@ std::string EncodeDataPosition(const DataPosition& p) {
   const json j = {{"format", kFormat},          {"rank", p.rank},
                   {"world_size", p.world_size}, {"pending", p.pending},
                   {"pending_sources", runs},    {"pending_breaks", p.pending_breaks},
-                  {"streams", streams},         {"source_tokens", p.source_tokens}};
+                  {"streams", streams},         {"source_tokens", p.source_tokens},
+                  {"mixture", p.mixture}};
   return j.dump();
 }
 
@@ -229,6 +231,7 @@ absl::StatusOr<std::vector<DataPosition>> ReshardDataPositions(const std::vector
     fresh[static_cast<size_t>(r)].rank = r;
     fresh[static_cast<size_t>(r)].world_size = new_world_size;
     fresh[static_cast<size_t>(r)].source_tokens.assign(source_count, 0);
+    fresh[static_cast<size_t>(r)].mixture = old.front().mixture;
   }
   // Leftovers go to new ranks in turn; pieces first, so that each new rank's pending ids are
   // its pieces in order and its bounded streams come after them.

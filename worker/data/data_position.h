@@ -65,7 +65,11 @@ struct DataPosition {
   std::vector<int64_t> pending_breaks;
   std::vector<DocumentStream> streams;  // the first is being read; the last is unbounded
   std::vector<int64_t> source_tokens;   // ids emitted so far, per source (this rank)
-  bool legacy = false;                  // decoded from the format before streams (see below)
+  // The mixture that assigned sources to documents: normalised probabilities and seed. Resuming
+  // under another one continues, but the ranks' views of the sources then differ by the few
+  // documents between them: a handful may be read twice or not at all.
+  std::string mixture;
+  bool legacy = false;  // decoded from the format before streams (see below)
 };
 
 // The position a fresh run starts from.

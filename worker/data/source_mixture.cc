@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 namespace flame::worker {
 namespace {
@@ -70,6 +71,10 @@ std::vector<double> SourceMixture::probabilities() const {
     previous = c;
   }
   return probs;
+}
+
+std::string SourceMixture::Describe() const {
+  return absl::StrCat(absl::StrJoin(probabilities(), ","), "@", seed_);
 }
 
 }  // namespace flame::worker

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -26,6 +27,8 @@ class SourceMixture {
   int64_t source_count() const { return static_cast<int64_t>(cumulative_.size()); }
   // Normalised probabilities.
   std::vector<double> probabilities() const;
+  // The probabilities and seed as text ("0.7,0.3@42"), to notice a changed mixture on resume.
+  std::string Describe() const;
 
  private:
   SourceMixture(std::vector<double> cumulative, uint64_t seed)

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/logging.h"
 #include "common/status_macros.h"
 
 namespace flame::worker {
@@ -40,6 +41,7 @@ TextBatchLoader::TextBatchLoader(LoaderOptions options, const Tokenizer* tokeniz
       mixture_(std::move(mixture)),
       sources_(std::move(sources)) {
   state_ = InitialDataPosition(options_.rank, options_.world_size, source_count());
+  state_.mixture = mixture_.Describe();
 }
 
 absl::StatusOr<std::unique_ptr<TextBatchLoader>> TextBatchLoader::Create(
@@ -190,7 +192,14 @@ absl::Status TextBatchLoader::Restore(const DataPosition& position) {
   if (position.streams.back().stride != options_.world_size) {
     return absl::DataLossError("data position: its stream does not match the rank count");
   }
+  if (!position.mixture.empty() && position.mixture != mixture_.Describe() && options_.rank == 0) {
+    FLAME_LOG(WARNING) << "training.data_probs or training.seed changed since the data position "
+                       << "was saved (" << position.mixture << " -> " << mixture_.Describe()
+                       << "): the new mixture applies from here; documents near the ranks' "
+                       << "positions may be read twice or skipped";
+  }
   state_ = position;
+  state_.mixture = mixture_.Describe();
   entered_ = false;
   return EnterStream();
 }
