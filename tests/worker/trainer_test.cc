@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/test_util.h"
+#include "worker/data/corpus_tokenizer.h"
 #include "worker/data/document_reader.h"
 
 namespace flame::worker {
@@ -249,6 +250,44 @@ TEST(Trainer, TwoRanksResumedAsOneContinueWithoutRepeatingOrSkippingData) {
   const int64_t rows = config.training.batch_size * config.training.seq_len;
   EXPECT_EQ(read_ids, 2 * 4 * rows + 4 * rows + static_cast<int64_t>(at8[0].pending.size()));
   EXPECT_EQ(at8[0].source_tokens, std::vector<int64_t>{12 * rows});
+}
+
+TEST(Trainer, TrainsOnAMixOfTokenShardsAndTextAndResumesIt) {
+  TempDir dir;
+  const std::unique_ptr<Tokenizer> tokenizer =
+      *LoadSentencePieceTokenizer(testing::DemoData("fortunes.model"));
+  TokenizeOptions tokenize;
+  tokenize.inputs = {testing::DemoData("fortunes-valid.jsonl")};
+  tokenize.output = dir.path() + "/valid-shards";
+  ASSERT_TRUE(TokenizeCorpus(*tokenizer, tokenize).ok());
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.training.dataset = {tokenize.output, testing::DemoData("fortunes.jsonl")};
+  config.training.data_probs = {1, 3};
+  config.training.varlen = true;
+  config.training.batch_size = 1;
+  config.training.seq_len = 128;
+  config.training.context_len = 48;
+  NullProgressSink sink;
+  DirectiveAt pause_at_4(4, Directive::kCheckpointStop);
+  const RunRecord first = Train(config, &sink, &pause_at_4);
+  ASSERT_TRUE(first.result.ok()) << first.result.status();
+  ContinueDirectiveSource keep_going;
+  const RunRecord second = Train(config, &sink, &keep_going);
+  ASSERT_TRUE(second.result.ok()) << second.result.status();
+  EXPECT_EQ(second.resumed_from, 4);
+  for (const auto& [step, loss] : second.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  const std::vector<DataPosition> at8 = SavedPositions(config, 8);
+  ASSERT_EQ(at8.size(), 1u);
+  ASSERT_EQ(at8[0].source_tokens.size(), 2u);
+  EXPECT_GT(at8[0].source_tokens[0], 0);  // both sources were trained on
+  EXPECT_GT(at8[0].source_tokens[1], at8[0].source_tokens[0]);
+  EXPECT_EQ(at8[0].source_tokens[0] + at8[0].source_tokens[1], 8 * 128);
+
+  config.training.data_probs = {1};  // one weight for two sources
+  const RunRecord refused = Train(config, &sink, &keep_going);
+  ASSERT_FALSE(refused.result.ok());
+  EXPECT_NE(refused.result.status().message().find("training.data_probs"), std::string::npos)
+      << refused.result.status();
 }
 
 TEST(Trainer, AccumulatesMicroBatchesIntoTheSameStepAsOneLargeBatch) {
