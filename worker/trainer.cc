@@ -121,6 +121,9 @@ absl::Status Trainer::SetupData() {
   data.world_size = world_size_;
   data.varlen = config_.training.varlen;
   data.context_len = config_.training.context_len;
+  // num_workers >= 2: that many threads tokenize, besides the one that prefetches batches.
+  data.tokenizer_threads =
+      config_.training.num_workers >= 2 ? static_cast<int>(config_.training.num_workers) : 0;
   FLAME_ASSIGN_OR_RETURN(std::unique_ptr<TextBatchLoader> loader,
                          TextBatchLoader::Create(data, tokenizer_.get()));
   // num_workers 0: tokenize on this thread; otherwise a background thread keeps batches ready.

@@ -211,6 +211,30 @@ TEST(PrefetchingBatchSource, GivesTheSameBatchesAndThePositionOfWhatWasTaken) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(prefetching.Next()->ids, reference->Next()->ids);
 }
 
+TEST(TextBatchLoader, TokenizerThreadsGiveTheSameBatchesAndPositions) {
+  TempDir dir;
+  const std::string file = WriteCorpus(dir.path(), 300);
+  WordTokenizer tokenizer;
+  LoaderOptions options;
+  options.sources = {file};
+  options.batch_size = 2;
+  options.seq_len = 9;
+  options.rank = 1;
+  options.world_size = 2;
+  std::unique_ptr<TextBatchLoader> serial = *TextBatchLoader::Create(options, &tokenizer);
+  options.tokenizer_threads = 3;
+  PrefetchingBatchSource threaded(*TextBatchLoader::Create(options, &tokenizer), 2);
+  for (int i = 0; i < 60; ++i) {  // past the end of the corpus: into the next epoch
+    const absl::StatusOr<Batch> a = serial->Next(), b = threaded.Next();
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_EQ(a->ids, b->ids) << "batch " << i;
+  }
+  // The threads read ahead, so the positions differ, but either continues the same way.
+  std::unique_ptr<TextBatchLoader> from_threaded = *TextBatchLoader::Create(options, &tokenizer);
+  ASSERT_TRUE(from_threaded->Restore(threaded.Position()).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(serial->Next()->ids, from_threaded->Next()->ids) << i;
+}
+
 TEST(PrefetchingBatchSource, PassesALoaderErrorOnAndKeepsReturningIt) {
   TempDir dir;
   const std::string file = Write(dir.path(), "bad.jsonl", "{\"text\": \"a b c\"}\n{\"x\": 1}\n");

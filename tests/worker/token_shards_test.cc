@@ -80,16 +80,17 @@ TEST(TokenShards, HoldTheIdsOfOnlineTokenizationDocumentByDocument) {
   int64_t documents = 0, tokens = 0;
   while (*reader->Next(&text)) {
     const std::vector<int32_t> online = *EncodeDocument(DemoTokenizer(), text);
-    std::vector<int32_t> stored;
+    SourceDocument stored;
     ASSERT_TRUE((*source)->Next(&stored).ok());
-    ASSERT_EQ(stored, online) << "document " << documents;
+    ASSERT_TRUE(stored.tokenized);
+    ASSERT_EQ(stored.ids, online) << "document " << documents;
     ++documents;
     tokens += static_cast<int64_t>(online.size());
   }
   EXPECT_EQ(manifest->documents, documents);
   EXPECT_EQ(manifest->tokens, tokens);
   EXPECT_EQ((*source)->cursor().doc, documents);
-  std::vector<int32_t> again;  // the next epoch starts over
+  SourceDocument again;  // the next epoch starts over
   ASSERT_TRUE((*source)->Next(&again).ok());
   EXPECT_EQ((*source)->cursor().epoch, 1);
 }
@@ -120,9 +121,9 @@ TEST(TokenShards, TrainOnTheSameBatchesAsOnlineTokenization) {
 absl::Status OpenAndReadAll(const std::string& shards, const Tokenizer& tokenizer) {
   absl::StatusOr<std::unique_ptr<DocumentSource>> source = OpenDocumentSource(shards, &tokenizer);
   if (!source.ok()) return source.status();
-  std::vector<int32_t> ids;
+  SourceDocument document;
   for (int i = 0; i < 20000; ++i) {
-    const absl::Status status = (*source)->Next(&ids);
+    const absl::Status status = (*source)->Next(&document);
     if (!status.ok()) return status;
   }
   return absl::OkStatus();

@@ -267,6 +267,7 @@ TEST(Trainer, TrainsOnAMixOfTokenShardsAndTextAndResumesIt) {
   config.training.batch_size = 1;
   config.training.seq_len = 128;
   config.training.context_len = 48;
+  config.training.num_workers = 3;  // tokenizer threads besides the prefetching one
   NullProgressSink sink;
   DirectiveAt pause_at_4(4, Directive::kCheckpointStop);
   const RunRecord first = Train(config, &sink, &pause_at_4);

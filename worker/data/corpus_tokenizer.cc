@@ -2,12 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <deque>
-#include <map>
-#include <mutex>
-#include <thread>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -18,87 +13,13 @@
 #include "worker/data/document_reader.h"
 #include "worker/data/document_source.h"
 #include "worker/data/token_shard_writer.h"
+#include "worker/data/tokenizer_pool.h"
 
 namespace flame::worker {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-constexpr size_t kChunkDocuments = 256;
-
-struct Chunk {
-  int64_t sequence = 0;
-  std::vector<std::string> texts;
-};
-
-struct Tokenized {
-  absl::Status status;
-  std::vector<std::vector<int32_t>> documents;
-};
-
-// Tokenizer threads fed through a bounded queue; results come back by chunk sequence number.
-class TokenizerPool {
- public:
-  TokenizerPool(const Tokenizer& tokenizer, int threads) : tokenizer_(tokenizer) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { Work(); });
-  }
-  ~TokenizerPool() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      closing_ = true;
-    }
-    changed_.notify_all();
-    for (std::thread& t : threads_) t.join();
-  }
-
-  void Submit(Chunk chunk) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    work_.push_back(std::move(chunk));
-    changed_.notify_all();
-  }
-
-  // Waits for the result of chunk `sequence`.
-  Tokenized Take(int64_t sequence) {
-    std::unique_lock<std::mutex> lock(mutex_);
-    changed_.wait(lock, [&] { return done_.count(sequence) > 0; });
-    Tokenized result = std::move(done_[sequence]);
-    done_.erase(sequence);
-    return result;
-  }
-
- private:
-  void Work() {
-    while (true) {
-      Chunk chunk;
-      {
-        std::unique_lock<std::mutex> lock(mutex_);
-        changed_.wait(lock, [this] { return closing_ || !work_.empty(); });
-        if (work_.empty()) return;
-        chunk = std::move(work_.front());
-        work_.pop_front();
-      }
-      Tokenized result;
-      for (const std::string& text : chunk.texts) {
-        absl::StatusOr<std::vector<int32_t>> ids = EncodeDocument(tokenizer_, text);
-        if (!ids.ok()) {
-          result.status = ids.status();
-          break;
-        }
-        result.documents.push_back(*std::move(ids));
-      }
-      std::lock_guard<std::mutex> lock(mutex_);
-      done_[chunk.sequence] = std::move(result);
-      changed_.notify_all();
-    }
-  }
-
-  const Tokenizer& tokenizer_;
-  std::mutex mutex_;
-  std::condition_variable changed_;
-  std::deque<Chunk> work_;             // guarded by mutex_
-  std::map<int64_t, Tokenized> done_;  // guarded by mutex_
-  bool closing_ = false;               // guarded by mutex_
-  std::vector<std::thread> threads_;
-};
+constexpr size_t kChunkDocuments = 256;  // texts per tokenizer job
 
 std::string Grouped(int64_t value) {
   std::string digits = std::to_string(value), out;
@@ -193,11 +114,10 @@ absl::StatusOr<TokenizeSummary> TokenizeCorpus(const Tokenizer& tokenizer,
   TokenizerPool pool(tokenizer, options.workers);
   const int64_t max_in_flight = 2 * options.workers + 1;
   int64_t submitted = 0, written = 0;
-  // Writes the oldest chunk (waiting for it).
+  // Writes the oldest job (waiting for it): jobs are written in corpus order.
   const auto write_next = [&]() -> absl::Status {
-    Tokenized result = pool.Take(written++);
-    FLAME_RETURN_IF_ERROR(result.status);
-    for (const std::vector<int32_t>& ids : result.documents) {
+    FLAME_ASSIGN_OR_RETURN(const std::vector<std::vector<int32_t>> documents, pool.Take(written++));
+    for (const std::vector<int32_t>& ids : documents) {
       FLAME_RETURN_IF_ERROR(writer->Add(ids));
       ++summary.documents;
       summary.tokens += static_cast<int64_t>(ids.size());
@@ -207,15 +127,15 @@ absl::StatusOr<TokenizeSummary> TokenizeCorpus(const Tokenizer& tokenizer,
   };
   bool more = true;
   while (more) {
-    Chunk chunk{submitted, {}};
+    std::vector<std::string> texts;
     std::string text;
-    while (chunk.texts.size() < kChunkDocuments) {
+    while (texts.size() < kChunkDocuments) {
       FLAME_ASSIGN_OR_RETURN(more, reader.Next(&text));
       if (!more) break;
-      chunk.texts.push_back(std::move(text));
+      texts.push_back(std::move(text));
     }
-    if (!chunk.texts.empty()) {
-      pool.Submit(std::move(chunk));
+    if (!texts.empty()) {
+      pool.Submit(std::move(texts));
       ++submitted;
     }
     while (submitted - written >= max_in_flight || (!more && written < submitted)) {

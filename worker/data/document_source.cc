@@ -10,15 +10,15 @@
 namespace flame::worker {
 namespace {
 
-// Text tokenized as it is read, on the loader's thread.
+// Text, read in order; the loader tokenizes it.
 class TextDocumentSource final : public DocumentSource {
  public:
-  TextDocumentSource(std::string name, DocumentReader reader, const Tokenizer* tokenizer)
-      : name_(std::move(name)), reader_(std::move(reader)), tokenizer_(tokenizer) {}
+  TextDocumentSource(std::string name, DocumentReader reader)
+      : name_(std::move(name)), reader_(std::move(reader)) {}
 
-  absl::Status Next(std::vector<int32_t>* ids) override {
-    std::string text;
-    FLAME_ASSIGN_OR_RETURN(bool found, reader_.Next(ids != nullptr ? &text : nullptr));
+  absl::Status Next(SourceDocument* document) override {
+    std::string* text = document != nullptr ? &document->text : nullptr;
+    FLAME_ASSIGN_OR_RETURN(bool found, reader_.Next(text));
     if (!found) {
       if (reader_.cursor().doc_index == 0) {
         return absl::InvalidArgumentError(
@@ -26,12 +26,10 @@ class TextDocumentSource final : public DocumentSource {
       }
       ++epoch_;
       FLAME_RETURN_IF_ERROR(reader_.Seek(DocumentCursor{}));
-      FLAME_ASSIGN_OR_RETURN(found, reader_.Next(ids != nullptr ? &text : nullptr));
+      FLAME_ASSIGN_OR_RETURN(found, reader_.Next(text));
       if (!found) return absl::DataLossError(absl::StrCat(name_, " lost its documents"));
     }
-    if (ids != nullptr) {
-      FLAME_ASSIGN_OR_RETURN(*ids, EncodeDocument(*tokenizer_, text));
-    }
+    if (document != nullptr) document->tokenized = false;
     return absl::OkStatus();
   }
 
@@ -52,7 +50,6 @@ class TextDocumentSource final : public DocumentSource {
  private:
   std::string name_;
   DocumentReader reader_;
-  const Tokenizer* tokenizer_;
   int64_t epoch_ = 0;
 };
 
@@ -89,8 +86,7 @@ absl::StatusOr<std::unique_ptr<DocumentSource>> OpenDocumentSource(const std::st
         ": an interrupted or damaged flame-tokenize output; run it again"));
   }
   FLAME_ASSIGN_OR_RETURN(DocumentReader reader, DocumentReader::Open({path}));
-  return std::unique_ptr<DocumentSource>(
-      new TextDocumentSource(path, std::move(reader), tokenizer));
+  return std::unique_ptr<DocumentSource>(new TextDocumentSource(path, std::move(reader)));
 }
 
 }  // namespace flame::worker

@@ -18,12 +18,20 @@
 
 namespace flame::worker {
 
+// A document as its source gives it: ids from pre-tokenized sources, text from the others, which
+// the loader encodes (EncodeDocument), on tokenizer threads when it has them.
+struct SourceDocument {
+  bool tokenized = false;
+  std::vector<int32_t> ids;  // when tokenized
+  std::string text;          // otherwise
+};
+
 class DocumentSource {
  public:
   virtual ~DocumentSource() = default;
-  // Moves past the next document. With `ids` non-null it also returns the document's ids;
-  // with null the document is skipped as cheaply as the format allows.
-  virtual absl::Status Next(std::vector<int32_t>* ids) = 0;
+  // Moves past the next document. With `document` non-null it also returns the document; with
+  // null the document is skipped as cheaply as the format allows.
+  virtual absl::Status Next(SourceDocument* document) = 0;
   virtual SourceCursor cursor() const = 0;
   virtual absl::Status Seek(const SourceCursor& cursor) = 0;
   virtual const std::string& name() const = 0;  // the training.dataset entry

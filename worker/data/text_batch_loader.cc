@@ -40,6 +40,9 @@ TextBatchLoader::TextBatchLoader(LoaderOptions options, const Tokenizer* tokeniz
       tokenizer_(tokenizer),
       mixture_(std::move(mixture)),
       sources_(std::move(sources)) {
+  if (options_.tokenizer_threads > 0) {
+    pool_ = std::make_unique<TokenizerPool>(*tokenizer_, options_.tokenizer_threads);
+  }
   state_ = InitialDataPosition(options_.rank, options_.world_size, source_count());
   state_.mixture = mixture_.Describe();
 }
@@ -59,6 +62,9 @@ absl::StatusOr<std::unique_ptr<TextBatchLoader>> TextBatchLoader::Create(
                      options.batch_size, "): varlen packs documents into one row"));
   }
   if (options.sources.empty()) return absl::InvalidArgumentError("training.dataset is empty");
+  if (options.tokenizer_threads < 0) {
+    return absl::InvalidArgumentError("training.num_workers must be >= 0");
+  }
   FLAME_ASSIGN_OR_RETURN(
       SourceMixture mixture,
       SourceMixture::Create(options.probs, static_cast<int64_t>(options.sources.size()),
@@ -85,8 +91,13 @@ absl::Status TextBatchLoader::EnterStream() {
   return absl::OkStatus();
 }
 
-absl::Status TextBatchLoader::FillOne() {
-  while (true) {
+absl::Status TextBatchLoader::FillSome() {
+  // With tokenizer threads, read enough documents at once to give each of them work.
+  const size_t wanted =
+      pool_ != nullptr ? 16 * static_cast<size_t>(options_.tokenizer_threads) : size_t{1};
+  std::vector<SourceDocument> documents;
+  std::vector<int64_t> document_sources;
+  while (documents.size() < wanted) {
     if (!entered_) FLAME_RETURN_IF_ERROR(EnterStream());
     DocumentStream& stream = state_.streams.front();
     if (!stream.HasDocumentsLeft()) {  // a handed-over stream is done
@@ -97,21 +108,62 @@ absl::Status TextBatchLoader::FillOne() {
     const int64_t g = stream.next;
     const int64_t source = mixture_.SourceOf(g);
     const bool mine = g % stream.stride == stream.phase;
-    std::vector<int32_t> ids;
     // Every rank walks every document, so that each source's reader knows where it stands;
     // other ranks' documents are skipped without tokenizing.
-    FLAME_RETURN_IF_ERROR(sources_[static_cast<size_t>(source)]->Next(mine ? &ids : nullptr));
+    SourceDocument document;
+    FLAME_RETURN_IF_ERROR(sources_[static_cast<size_t>(source)]->Next(mine ? &document : nullptr));
     ++stream.next;
-    if (!mine || ids.empty()) continue;
+    if (!mine) continue;
+    documents.push_back(std::move(document));
+    document_sources.push_back(source);
+  }
+  FLAME_RETURN_IF_ERROR(Tokenize(&documents));
+  for (size_t d = 0; d < documents.size(); ++d) {
+    const std::vector<int32_t>& ids = documents[d].ids;
+    if (ids.empty()) continue;
     state_.pending.insert(state_.pending.end(), ids.begin(), ids.end());
     std::vector<SourceRun>& runs = state_.pending_runs;
-    if (!runs.empty() && runs.back().source == source) {
+    if (!runs.empty() && runs.back().source == document_sources[d]) {
       runs.back().tokens += static_cast<int64_t>(ids.size());
     } else {
-      runs.push_back({source, static_cast<int64_t>(ids.size())});
+      runs.push_back({document_sources[d], static_cast<int64_t>(ids.size())});
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status TextBatchLoader::Tokenize(std::vector<SourceDocument>* documents) {
+  std::vector<SourceDocument*> text;
+  for (SourceDocument& document : *documents) {
+    if (!document.tokenized) text.push_back(&document);
+  }
+  if (pool_ == nullptr || text.size() < 2) {
+    for (SourceDocument* document : text) {
+      FLAME_ASSIGN_OR_RETURN(document->ids, EncodeDocument(*tokenizer_, document->text));
     }
     return absl::OkStatus();
   }
+  // One job per thread, each a contiguous run of the texts; results come back in order.
+  const size_t jobs = std::min(text.size(), static_cast<size_t>(options_.tokenizer_threads));
+  std::vector<int64_t> numbers;
+  for (size_t j = 0; j < jobs; ++j) {
+    std::vector<std::string> texts;
+    for (size_t i = j * text.size() / jobs; i < (j + 1) * text.size() / jobs; ++i) {
+      texts.push_back(std::move(text[i]->text));
+    }
+    numbers.push_back(pool_->Submit(std::move(texts)));
+  }
+  size_t next = 0;
+  absl::Status status;
+  for (int64_t number : numbers) {  // take every job, even after an error
+    absl::StatusOr<std::vector<std::vector<int32_t>>> ids = pool_->Take(number);
+    if (!ids.ok()) {
+      status.Update(ids.status());
+      continue;
+    }
+    for (std::vector<int32_t>& one : *ids) text[next++]->ids = std::move(one);
+  }
+  return status;
 }
 
 void TextBatchLoader::TakePending(size_t count, std::vector<int32_t>* row,
@@ -148,7 +200,7 @@ absl::StatusOr<Batch> TextBatchLoader::Next() {
   batch.batch_size = options_.batch_size;
   batch.seq_len = options_.seq_len;
   const auto needed = static_cast<size_t>(options_.batch_size * options_.seq_len);
-  while (state_.pending.size() < needed) FLAME_RETURN_IF_ERROR(FillOne());
+  while (state_.pending.size() < needed) FLAME_RETURN_IF_ERROR(FillSome());
   std::vector<int64_t> breaks;
   TakePending(needed, &batch.ids, &breaks, &batch.source_tokens);
   for (size_t s = 0; s < sources_.size(); ++s) state_.source_tokens[s] += batch.source_tokens[s];

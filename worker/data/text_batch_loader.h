@@ -24,6 +24,7 @@
 #include "worker/data/document_source.h"
 #include "worker/data/source_mixture.h"
 #include "worker/data/tokenizer.h"
+#include "worker/data/tokenizer_pool.h"
 
 namespace flame::worker {
 
@@ -46,6 +47,8 @@ struct LoaderOptions {
   int64_t world_size = 1;
   bool varlen = false;
   int64_t context_len = 2048;  // varlen: longest segment
+  // Threads that tokenize text documents; 0 tokenizes on the thread that calls Next.
+  int tokenizer_threads = 0;
 };
 
 class TextBatchLoader {
@@ -67,8 +70,10 @@ class TextBatchLoader {
   TextBatchLoader(LoaderOptions options, const Tokenizer* tokenizer, SourceMixture mixture,
                   std::vector<std::unique_ptr<DocumentSource>> sources);
 
-  // Reads this rank's next document into pending_.
-  absl::Status FillOne();
+  // Reads this rank's next documents (several when there are tokenizer threads, which then
+  // encode them side by side) and appends their ids to the pending ids.
+  absl::Status FillSome();
+  absl::Status Tokenize(std::vector<SourceDocument>* documents);
   absl::Status EnterStream();  // seeks every source to the first stream's cursors
   // Moves the first `count` pending ids into `row`, with their sources and segment breaks.
   void TakePending(size_t count, std::vector<int32_t>* row, std::vector<int64_t>* breaks,
@@ -78,7 +83,8 @@ class TextBatchLoader {
   const Tokenizer* tokenizer_;
   SourceMixture mixture_;
   std::vector<std::unique_ptr<DocumentSource>> sources_;
-  DataPosition state_;    // streams_.front().cursors are stale while entered_ (sources have them)
+  std::unique_ptr<TokenizerPool> pool_;  // null: tokenize on the caller's thread
+  DataPosition state_;    // streams.front().cursors are stale while entered_ (sources have them)
   bool entered_ = false;  // the sources stand at the first stream's place
 };
 

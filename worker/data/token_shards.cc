@@ -89,12 +89,15 @@ class TokenShardSource final : public DocumentSource {
   TokenShardSource(std::string name, ShardManifest manifest, std::vector<Shard> shards)
       : name_(std::move(name)), manifest_(std::move(manifest)), shards_(std::move(shards)) {}
 
-  absl::Status Next(std::vector<int32_t>* ids) override {
+  absl::Status Next(SourceDocument* document) override {
     if (doc_ == manifest_.documents) {  // all_exhausted: start the next epoch
       ++epoch_;
       doc_ = 0;
     }
-    if (ids != nullptr) FLAME_RETURN_IF_ERROR(Read(doc_, ids));
+    if (document != nullptr) {
+      FLAME_RETURN_IF_ERROR(Read(doc_, &document->ids));
+      document->tokenized = true;
+    }
     ++doc_;
     return absl::OkStatus();
   }
