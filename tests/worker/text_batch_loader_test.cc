@@ -186,6 +186,12 @@ TEST(TextBatchLoader, ResumesExactlyFromASavedPositionAcrossEpochs) {
   }
   EXPECT_FALSE(DecodeDataPosition("{\"rank\": 0}").ok());
   EXPECT_FALSE(DecodeDataPosition("{\"format\": 2, \"rank\": 0}").ok());
+  DataPosition hollow = *decoded;  // well-formed JSON, impossible content: refused, no crash
+  hollow.streams.clear();
+  EXPECT_FALSE(first->Restore(hollow).ok());
+  hollow = *decoded;
+  hollow.pending_runs.push_back({5, 1});  // a source that does not exist
+  EXPECT_FALSE(first->Restore(hollow).ok());
   // A position of another rank layout is refused; ReshardDataPositions handles that case.
   std::unique_ptr<TextBatchLoader> other = MakeLoader(file, tokenizer, 2, 8, 1, 2);
   EXPECT_FALSE(other->Restore(*decoded).ok());

@@ -234,6 +234,7 @@ absl::Status TextBatchLoader::Restore(const DataPosition& position) {
     return absl::InvalidArgumentError(
         "an old-format data position must go through UpgradeLegacyDataPositions first");
   }
+  if (position.streams.empty()) return absl::DataLossError("data position has no streams");
   // The checks of a whole run's positions, on this one (as rank 0 of a run of one, shifted).
   DataPosition alone = position;
   alone.rank = 0;
