@@ -94,13 +94,18 @@ absl::Status Trainer::Setup() {
 
 absl::Status Trainer::SetupData() {
   LoaderOptions data;
-  data.files = config_.training.dataset;
+  data.sources = config_.training.dataset;  // each entry is one source
+  data.probs = config_.training.data_probs;
+  data.seed = static_cast<uint64_t>(config_.training.seed);
   data.batch_size = config_.training.batch_size;
   data.seq_len = config_.training.seq_len;
   data.rank = rank_;
   data.world_size = world_size_;
   data.varlen = config_.training.varlen;
   data.context_len = config_.training.context_len;
+  // num_workers >= 2: that many threads tokenize, besides the one that prefetches batches.
+  data.tokenizer_threads =
+      config_.training.num_workers >= 2 ? static_cast<int>(config_.training.num_workers) : 0;
   FLAME_ASSIGN_OR_RETURN(std::unique_ptr<TextBatchLoader> loader,
                          TextBatchLoader::Create(data, tokenizer_.get()));
   // num_workers 0: tokenize on this thread; otherwise a background thread keeps batches ready.
@@ -245,20 +250,30 @@ absl::Status Trainer::Restore() {
 
 absl::Status Trainer::RestoreDataPosition(const CheckpointState& saved) {
   std::vector<DataPosition> positions;
+  bool legacy = false;
   for (const std::string& encoded : saved.data_positions) {
     FLAME_ASSIGN_OR_RETURN(DataPosition position, DecodeDataPosition(encoded));
+    legacy = legacy || position.legacy;
     positions.push_back(std::move(position));
   }
-  if (saved.world_size == world_size_ && static_cast<int64_t>(positions.size()) == world_size_) {
-    return batches_->Restore(positions[static_cast<size_t>(rank_)]);
+  if (legacy && !UpgradeLegacyDataPositions(&positions) && rank_ == 0) {
+    FLAME_LOG(WARNING) << "the checkpoint's data positions are in the old format and its ranks "
+                       << "stood in different epochs: every rank restarts at the earliest saved "
+                       << "document (a few documents are seen twice)";
   }
+  const auto sources = static_cast<int64_t>(config_.training.dataset.size());
+  FLAME_RETURN_IF_ERROR(ValidateDataPositions(positions, sources));
+  const auto saved_ranks = static_cast<int64_t>(positions.size());
+  if (saved_ranks == world_size_) return batches_->Restore(positions[static_cast<size_t>(rank_)]);
+  // Another rank count: the old ranks' unread data is dealt out to the new ranks exactly.
   if (rank_ == 0) {
-    FLAME_LOG(WARNING) << "the checkpoint was written by " << saved.world_size << " ranks, this "
-                       << "run has " << world_size_ << ": every rank restarts its data at the "
-                       << "earliest saved document (a few documents are seen twice)";
+    FLAME_LOG(INFO) << "the checkpoint was written by " << saved_ranks << " ranks, this run has "
+                    << world_size_ << ": their data positions are redistributed (no document is "
+                    << "repeated or skipped)";
   }
-  if (positions.empty()) return absl::DataLossError("the checkpoint has no data positions");
-  return batches_->Restore(ReshardDataPosition(positions, rank_, world_size_));
+  FLAME_ASSIGN_OR_RETURN(std::vector<DataPosition> resharded,
+                         ReshardDataPositions(positions, world_size_));
+  return batches_->Restore(resharded[static_cast<size_t>(rank_)]);
 }
 
 void Trainer::BroadcastParameters() {

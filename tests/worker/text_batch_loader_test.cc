@@ -1,4 +1,5 @@
-// Documents -> tokens -> packed batches: formats, order, sharding, epochs, and exact resumption.
+// Documents -> tokens -> packed batches: formats, order, sharding, epochs, varlen, and exact
+// resumption with the same rank count.
 #include "worker/data/text_batch_loader.h"
 
 #include <gtest/gtest.h>
@@ -8,29 +9,17 @@
 #include <functional>
 
 #include "absl/strings/str_split.h"
+#include "tests/worker/data_test_util.h"
 #include "tests/worker/test_util.h"
+#include "worker/data/document_reader.h"
 #include "worker/data/prefetching_loader.h"
 
 namespace flame::worker {
 namespace {
 
+using testing::EosOnlyTokenizer;
 using testing::TempDir;
-
-// Words -> small ids, BOS 1 first: easy to predict by hand.
-class WordTokenizer final : public Tokenizer {
- public:
-  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const override {
-    std::vector<int32_t> ids = {kBos};
-    for (absl::string_view word : absl::StrSplit(text, absl::ByAnyChar(" \n"), absl::SkipEmpty())) {
-      ids.push_back(10 + static_cast<int32_t>(std::hash<std::string>()(std::string(word)) % 90));
-    }
-    return ids;
-  }
-  int64_t VocabSize() const override { return 100; }
-  int32_t BosId() const override { return kBos; }
-  int32_t EosId() const override { return 2; }
-  static constexpr int32_t kBos = 1;
-};
+using testing::WordTokenizer;
 
 std::string Write(const std::string& dir, const std::string& name, const std::string& text) {
   const std::string path = dir + "/" + name;
@@ -66,7 +55,7 @@ std::unique_ptr<TextBatchLoader> MakeLoader(const std::string& file, const Token
                                             int64_t batch, int64_t seq, int64_t rank = 0,
                                             int64_t world = 1) {
   LoaderOptions options;
-  options.files = {file};
+  options.sources = {file};
   options.batch_size = batch;
   options.seq_len = seq;
   options.rank = rank;
@@ -184,7 +173,7 @@ TEST(TextBatchLoader, ResumesExactlyFromASavedPositionAcrossEpochs) {
     ASSERT_TRUE(first->Next().ok());
   }
   const DataPosition saved = first->Position();
-  EXPECT_GT(saved.epoch, 0);
+  EXPECT_GT(saved.streams.back().cursors[0].epoch, 0);
   // Through its JSON form, as a checkpoint stores it.
   const absl::StatusOr<DataPosition> decoded = DecodeDataPosition(EncodeDataPosition(saved));
   ASSERT_TRUE(decoded.ok()) << decoded.status();
@@ -196,7 +185,14 @@ TEST(TextBatchLoader, ResumesExactlyFromASavedPositionAcrossEpochs) {
     EXPECT_EQ(a->ids, b->ids) << "batch " << i << " after the restore";
   }
   EXPECT_FALSE(DecodeDataPosition("{\"rank\": 0}").ok());
-  // A position of another rank layout is refused; ReshardDataPosition handles that case.
+  EXPECT_FALSE(DecodeDataPosition("{\"format\": 2, \"rank\": 0}").ok());
+  DataPosition hollow = *decoded;  // well-formed JSON, impossible content: refused, no crash
+  hollow.streams.clear();
+  EXPECT_FALSE(first->Restore(hollow).ok());
+  hollow = *decoded;
+  hollow.pending_runs.push_back({5, 1});  // a source that does not exist
+  EXPECT_FALSE(first->Restore(hollow).ok());
+  // A position of another rank layout is refused; ReshardDataPositions handles that case.
   std::unique_ptr<TextBatchLoader> other = MakeLoader(file, tokenizer, 2, 8, 1, 2);
   EXPECT_FALSE(other->Restore(*decoded).ok());
 }
@@ -221,6 +217,30 @@ TEST(PrefetchingBatchSource, GivesTheSameBatchesAndThePositionOfWhatWasTaken) {
   for (int i = 0; i < 5; ++i) EXPECT_EQ(prefetching.Next()->ids, reference->Next()->ids);
 }
 
+TEST(TextBatchLoader, TokenizerThreadsGiveTheSameBatchesAndPositions) {
+  TempDir dir;
+  const std::string file = WriteCorpus(dir.path(), 300);
+  WordTokenizer tokenizer;
+  LoaderOptions options;
+  options.sources = {file};
+  options.batch_size = 2;
+  options.seq_len = 9;
+  options.rank = 1;
+  options.world_size = 2;
+  std::unique_ptr<TextBatchLoader> serial = *TextBatchLoader::Create(options, &tokenizer);
+  options.tokenizer_threads = 3;
+  PrefetchingBatchSource threaded(*TextBatchLoader::Create(options, &tokenizer), 2);
+  for (int i = 0; i < 60; ++i) {  // past the end of the corpus: into the next epoch
+    const absl::StatusOr<Batch> a = serial->Next(), b = threaded.Next();
+    ASSERT_TRUE(a.ok() && b.ok()) << a.status() << b.status();
+    EXPECT_EQ(a->ids, b->ids) << "batch " << i;
+  }
+  // The threads read ahead, so the positions differ, but either continues the same way.
+  std::unique_ptr<TextBatchLoader> from_threaded = *TextBatchLoader::Create(options, &tokenizer);
+  ASSERT_TRUE(from_threaded->Restore(threaded.Position()).ok());
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(serial->Next()->ids, from_threaded->Next()->ids) << i;
+}
+
 TEST(PrefetchingBatchSource, PassesALoaderErrorOnAndKeepsReturningIt) {
   TempDir dir;
   const std::string file = Write(dir.path(), "bad.jsonl", "{\"text\": \"a b c\"}\n{\"x\": 1}\n");
@@ -231,35 +251,65 @@ TEST(PrefetchingBatchSource, PassesALoaderErrorOnAndKeepsReturningIt) {
   EXPECT_FALSE(prefetching.Next().ok());
 }
 
-TEST(TextBatchLoader, ReshardsFromTheEarliestSavedDocument) {
-  DataPosition a, b;
-  a.rank = 0, a.world_size = 2, a.epoch = 1, a.cursor = {0, 500, 40}, a.pending = {1, 2};
-  b.rank = 1, b.world_size = 2, b.epoch = 1, b.cursor = {0, 420, 37}, b.pending = {3};
-  const DataPosition start = ReshardDataPosition({a, b}, 2, 3);
-  EXPECT_EQ(start.rank, 2);
-  EXPECT_EQ(start.world_size, 3);
-  EXPECT_EQ(start.epoch, 1);
-  EXPECT_EQ(start.cursor.doc_index, 37);
-  EXPECT_EQ(start.cursor.byte_offset, 420);
-  EXPECT_TRUE(start.pending.empty());
-}
-
-TEST(TextBatchLoader, RefusesACorpusWithTooFewDocumentsForItsRank) {
+TEST(TextBatchLoader, WrapsAShortCorpusIntoEpochsForEveryRankAndRefusesAnEmptyOne) {
   TempDir dir;
-  const std::string file = Write(dir.path(), "one.jsonl", "{\"text\": \"only one\"}\n");
+  // One document and two ranks: rank 1 reads it as global document 1, in the second epoch.
+  const std::string one = Write(dir.path(), "one.jsonl", "{\"text\": \"only one\"}\n");
   WordTokenizer tokenizer;
-  std::unique_ptr<TextBatchLoader> loader = MakeLoader(file, tokenizer, 1, 4, 1, 2);
+  const std::vector<int32_t> ids = *tokenizer.Encode("only one");
+  std::unique_ptr<TextBatchLoader> loader = MakeLoader(one, tokenizer, 1, 3, 1, 2);
   const absl::StatusOr<Batch> batch = loader->Next();
-  ASSERT_FALSE(batch.ok());
-  EXPECT_NE(batch.status().message().find("too few for rank 1 of 2"), std::string::npos)
-      << batch.status();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  EXPECT_EQ(batch->ids, ids);
+  EXPECT_EQ(loader->Position().streams.back().cursors[0].epoch, 1);
+
+  const std::string empty = Write(dir.path(), "empty.jsonl", "\n\n");
+  std::unique_ptr<TextBatchLoader> none = MakeLoader(empty, tokenizer, 1, 4);
+  const absl::StatusOr<Batch> nothing = none->Next();
+  ASSERT_FALSE(nothing.ok());
+  EXPECT_NE(nothing.status().message().find("has no documents"), std::string::npos)
+      << nothing.status();
 }
 
 TEST(TextBatchLoader, MarksVarlenSegmentsAtBosAndEveryContextLen) {
   // BOS (1) at 0, 3 and 10 of a 12-token row; context_len 4 splits the 7-token middle segment.
   const std::vector<int32_t> row = {1, 5, 5, 1, 5, 5, 5, 5, 5, 5, 1, 5};
-  EXPECT_EQ(VarlenBoundaries(row, 1, 4), (std::vector<int64_t>{0, 3, 7, 10, 12}));
-  EXPECT_EQ(VarlenBoundaries({5, 5, 5}, 1, 100), (std::vector<int64_t>{0, 3}));
+  EXPECT_EQ(VarlenBoundaries(row, 1, 2, 4), (std::vector<int64_t>{0, 3, 7, 10, 12}));
+  EXPECT_EQ(VarlenBoundaries({5, 5, 5}, 1, 2, 100), (std::vector<int64_t>{0, 3}));
+  // Without BOS a segment starts after each EOS (2); a handed-over piece adds a break at 5.
+  const std::vector<int32_t> eos_row = {5, 5, 2, 5, 5, 5, 5, 2, 5};
+  EXPECT_EQ(VarlenBoundaries(eos_row, -1, 2, 100), (std::vector<int64_t>{0, 3, 8, 9}));
+  EXPECT_EQ(VarlenBoundaries(eos_row, -1, 2, 100, {5}), (std::vector<int64_t>{0, 3, 5, 8, 9}));
+}
+
+TEST(TextBatchLoader, SeparatesDocumentsOfAnEosOnlyTokenizerForVarlen) {
+  TempDir dir;
+  const std::string file =
+      Write(dir.path(), "c.jsonl", "{\"text\": \"a b c\"}\n{\"text\": \"d e f g h\"}\n");
+  EosOnlyTokenizer tokenizer;
+  LoaderOptions options;
+  options.sources = {file};
+  options.batch_size = 1;
+  options.seq_len = 10;
+  options.varlen = true;
+  options.context_len = 4;
+  absl::StatusOr<std::unique_ptr<TextBatchLoader>> loader =
+      TextBatchLoader::Create(options, &tokenizer);
+  ASSERT_TRUE(loader.ok()) << loader.status();
+  const absl::StatusOr<Batch> batch = (*loader)->Next();
+  ASSERT_TRUE(batch.ok()) << batch.status();
+  // "a b c" EOS | "d e f g h" EOS: the EOS is appended because the tokenizer has no BOS; the
+  // 6-id second document is split at context_len 4.
+  EXPECT_EQ(batch->ids[3], EosOnlyTokenizer::kEos);
+  EXPECT_EQ(batch->ids[9], EosOnlyTokenizer::kEos);
+  EXPECT_EQ(batch->cu_seqlens, (std::vector<int64_t>{0, 4, 8, 10}));
+
+  options.batch_size = 2;
+  const absl::StatusOr<std::unique_ptr<TextBatchLoader>> refused =
+      TextBatchLoader::Create(options, &tokenizer);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("training.batch_size must be 1"), std::string::npos)
+      << refused.status();
 }
 
 TEST(SentencePieceTokenizer, EncodesTheDemoCorpusWithBosFirst) {

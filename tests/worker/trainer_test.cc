@@ -10,7 +10,11 @@
 #include <mutex>
 #include <thread>
 
+#include "common/files.h"
+#include "nlohmann/json.hpp"
 #include "tests/worker/test_util.h"
+#include "worker/data/corpus_tokenizer.h"
+#include "worker/data/document_reader.h"
 
 namespace flame::worker {
 namespace {
@@ -171,6 +175,120 @@ TEST(Trainer, TwoRanksAverageGradientsAndStayIdentical) {
   CheckpointStore store(config.CheckpointRoot());
   ASSERT_TRUE(store.Verify(4).ok());
   EXPECT_EQ(sink0.checkpoints_.size(), 2u);
+}
+
+// Every rank's data position in step-N/data_positions.json.
+std::vector<DataPosition> SavedPositions(const TrainConfig& config, int64_t step) {
+  const absl::StatusOr<std::string> text = ReadFileToString(
+      CheckpointStore(config.CheckpointRoot()).StepPath(step) + "/data_positions.json");
+  EXPECT_TRUE(text.ok()) << text.status();
+  std::vector<DataPosition> positions;
+  for (const auto& item : nlohmann::json::parse(text.value_or("[]"))) {
+    absl::StatusOr<DataPosition> p = DecodeDataPosition(item.get<std::string>());
+    EXPECT_TRUE(p.ok()) << p.status();
+    positions.push_back(*p);
+  }
+  return positions;
+}
+
+TEST(Trainer, TwoRanksResumedAsOneContinueWithoutRepeatingOrSkippingData) {
+  TempDir dir;
+  const TrainConfig config = DemoTrainConfig(dir.path());  // B 4 x T 64, 8 steps
+  {  // Two ranks pause after step 4 and save it.
+    StoreOptions options;
+    options.timeout = std::chrono::seconds(60);
+    std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
+    options.port = StorePort(*rank0);
+    std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
+    RecordingSink sink0, sink1;
+    DirectiveAt pause0(4, Directive::kCheckpointStop), pause1(4, Directive::kCheckpointStop);
+    Trainer trainer0(config, {rank0.get(), &sink0, &pause0});
+    Trainer trainer1(config, {rank1.get(), &sink1, &pause1});
+    absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
+    std::thread other([&] { result1 = trainer1.Run(); });
+    const absl::StatusOr<TrainResult> result0 = trainer0.Run();
+    other.join();
+    ASSERT_TRUE(result0.ok()) << result0.status();
+    ASSERT_TRUE(result1.ok()) << result1.status();
+    EXPECT_EQ(result0->outcome, TrainOutcome::kPaused);
+  }
+  RecordingSink sink;
+  ContinueDirectiveSource keep_going;
+  const RunRecord resumed = Train(config, &sink, &keep_going);  // one rank, to step 8
+  ASSERT_TRUE(resumed.result.ok()) << resumed.result.status();
+  EXPECT_EQ(resumed.resumed_from, 4);
+  for (const auto& [step, loss] : resumed.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+
+  const std::vector<DataPosition> at4 = SavedPositions(config, 4);
+  const std::vector<DataPosition> at8 = SavedPositions(config, 8);
+  ASSERT_EQ(at4.size(), 2u);
+  ASSERT_EQ(at8.size(), 1u);
+  // The one rank took over both ranks' positions: replaying the loader from them gives the
+  // position it saved at step 8.
+  const std::unique_ptr<Tokenizer> tokenizer = *LoadSentencePieceTokenizer(config.tokenizer_path);
+  LoaderOptions options;
+  options.sources = config.training.dataset;
+  options.seed = static_cast<uint64_t>(config.training.seed);
+  options.batch_size = config.training.batch_size;
+  options.seq_len = config.training.seq_len;
+  std::unique_ptr<TextBatchLoader> replay = *TextBatchLoader::Create(options, tokenizer.get());
+  ASSERT_TRUE(replay->Restore((*ReshardDataPositions(at4, 1))[0]).ok());
+  for (int step = 5; step <= 8; ++step) ASSERT_TRUE(replay->Next().ok());
+  EXPECT_EQ(EncodeDataPosition(replay->Position()), EncodeDataPosition(at8[0]));
+
+  // Conservation: the documents read by the end (every one below the stream's next) hold exactly
+  // the ids trained on plus those pending. A repeat would train on more, a gap on fewer.
+  ASSERT_EQ(at8[0].streams.size(), 1u);
+  absl::StatusOr<DocumentReader> reader = DocumentReader::Open(config.training.dataset);
+  ASSERT_TRUE(reader.ok());
+  int64_t read_ids = 0;
+  std::string text;
+  for (int64_t g = 0; g < at8[0].streams[0].next; ++g) {
+    ASSERT_TRUE(*reader->Next(&text)) << "the test stays within one epoch";
+    read_ids += static_cast<int64_t>(EncodeDocument(*tokenizer, text)->size());
+  }
+  const int64_t rows = config.training.batch_size * config.training.seq_len;
+  EXPECT_EQ(read_ids, 2 * 4 * rows + 4 * rows + static_cast<int64_t>(at8[0].pending.size()));
+  EXPECT_EQ(at8[0].source_tokens, std::vector<int64_t>{12 * rows});
+}
+
+TEST(Trainer, TrainsOnAMixOfTokenShardsAndTextAndResumesIt) {
+  TempDir dir;
+  const std::unique_ptr<Tokenizer> tokenizer =
+      *LoadSentencePieceTokenizer(testing::DemoData("fortunes.model"));
+  TokenizeOptions tokenize;
+  tokenize.inputs = {testing::DemoData("fortunes-valid.jsonl")};
+  tokenize.output = dir.path() + "/valid-shards";
+  ASSERT_TRUE(TokenizeCorpus(*tokenizer, tokenize).ok());
+  TrainConfig config = DemoTrainConfig(dir.path());
+  config.training.dataset = {tokenize.output, testing::DemoData("fortunes.jsonl")};
+  config.training.data_probs = {1, 3};
+  config.training.varlen = true;
+  config.training.batch_size = 1;
+  config.training.seq_len = 128;
+  config.training.context_len = 48;
+  config.training.num_workers = 3;  // tokenizer threads besides the prefetching one
+  NullProgressSink sink;
+  DirectiveAt pause_at_4(4, Directive::kCheckpointStop);
+  const RunRecord first = Train(config, &sink, &pause_at_4);
+  ASSERT_TRUE(first.result.ok()) << first.result.status();
+  ContinueDirectiveSource keep_going;
+  const RunRecord second = Train(config, &sink, &keep_going);
+  ASSERT_TRUE(second.result.ok()) << second.result.status();
+  EXPECT_EQ(second.resumed_from, 4);
+  for (const auto& [step, loss] : second.losses) EXPECT_TRUE(std::isfinite(loss)) << step;
+  const std::vector<DataPosition> at8 = SavedPositions(config, 8);
+  ASSERT_EQ(at8.size(), 1u);
+  ASSERT_EQ(at8[0].source_tokens.size(), 2u);
+  EXPECT_GT(at8[0].source_tokens[0], 0);  // both sources were trained on
+  EXPECT_GT(at8[0].source_tokens[1], at8[0].source_tokens[0]);
+  EXPECT_EQ(at8[0].source_tokens[0] + at8[0].source_tokens[1], 8 * 128);
+
+  config.training.data_probs = {1};  // one weight for two sources
+  const RunRecord refused = Train(config, &sink, &keep_going);
+  ASSERT_FALSE(refused.result.ok());
+  EXPECT_NE(refused.result.status().message().find("training.data_probs"), std::string::npos)
+      << refused.result.status();
 }
 
 TEST(Trainer, AccumulatesMicroBatchesIntoTheSameStepAsOneLargeBatch) {

@@ -45,6 +45,28 @@ absl::Status ValidateProfiling(const ProfilingConfig& p) {
   return absl::OkStatus();
 }
 
+// flame's rule: one probability per source, required when there are several.
+absl::Status ValidateDataProbs(const TrainingConfig& t) {
+  if (t.data_probs.empty()) {
+    if (t.dataset.size() <= 1) return absl::OkStatus();
+    return Invalid("training.data_probs",
+                   absl::StrCat("is required when training.dataset lists more than one source (",
+                                t.dataset.size(), " listed)"));
+  }
+  if (t.data_probs.size() != t.dataset.size()) {
+    return Invalid("training.data_probs",
+                   absl::StrCat("has ", t.data_probs.size(), " values for ", t.dataset.size(),
+                                " sources in training.dataset (one per source)"));
+  }
+  for (size_t i = 0; i < t.data_probs.size(); ++i) {
+    if (!(t.data_probs[i] > 0) || !std::isfinite(t.data_probs[i])) {
+      return Invalid("training.data_probs", absl::StrCat("values must be positive (entry ", i + 1,
+                                                         " is ", t.data_probs[i], ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 std::string TrainConfig::CheckpointRoot() const {
@@ -91,6 +113,7 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
     return Invalid("training.max_norm", "must be >= 0");
   }
   if (t.dataset.empty()) return Invalid("training.dataset", "is required");
+  FLAME_RETURN_IF_ERROR(ValidateDataProbs(t));
   if (c.checkpoint.enable_checkpoint) {
     FLAME_RETURN_IF_ERROR(RequirePositive("checkpoint.interval", c.checkpoint.interval));
   }
@@ -122,6 +145,7 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
                    ", skip_nan_inf ", t.skip_nan_inf, ", varlen ", t.varlen, ", context_len ",
                    t.context_len, ", seed ", t.seed),
       absl::StrCat("training.dataset = ", absl::StrJoin(t.dataset, ",")),
+      absl::StrCat("training.data_probs = ", absl::StrJoin(t.data_probs, ",")),
       absl::StrCat("checkpoint = ", c.checkpoint.enable_checkpoint ? "on" : "off", ", folder ",
                    c.checkpoint.folder, ", interval ", c.checkpoint.interval, ", keep_latest_k ",
                    c.checkpoint.keep_latest_k, ", load_step ", c.checkpoint.load_step),

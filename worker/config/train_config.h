@@ -41,7 +41,10 @@ struct TrainingConfig {
   int64_t steps = 10000;
   double max_norm = 1.0;  // 0: report the norm, do not clip
   bool skip_nan_inf = false;
-  std::vector<std::string> dataset;  // local files: JSONL or plain text
+  // Sources: JSONL/plain-text files or folders, or token shard folders (flame-tokenize).
+  std::vector<std::string> dataset;
+  // Sampling weight of each source (normalised); empty: one source. Required with several.
+  std::vector<double> data_probs;
   int64_t seed = 42;
   bool deterministic = false;
   int64_t num_workers = 1;
