@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "worker/data/corpus_tokenizer.h"
 #include "worker/data/tokenizer.h"
+#include "worker/data/tokenizer_factory.h"
 
 namespace flame::worker {
 namespace {
@@ -27,7 +28,7 @@ constexpr int kExitFailure = 1, kExitUsage = 2;
 constexpr char kUsage[] =
     "usage: flame-tokenize --tokenizer MODEL --output FOLDER [--shard-size N] [--workers N] "
     "INPUT...\n"
-    "  --tokenizer   SentencePiece .model file (the job's model.tokenizer_path)\n"
+    "  --tokenizer   the job's model.tokenizer_path: .model, tokenizer.json or a folder\n"
     "  --output      shard folder to create (must not exist)\n"
     "  --shard-size  ids per shard file, e.g. 64M (default 256M)\n"
     "  --workers     tokenizer threads (default: the number of cores)\n"
@@ -82,8 +83,7 @@ int Main(int argc, char** argv) {
   if (options.output.empty()) return Usage("--output is required");
   if (options.inputs.empty()) return Usage("no input files or folders");
 
-  const absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer =
-      LoadSentencePieceTokenizer(tokenizer_path);
+  const absl::StatusOr<std::unique_ptr<Tokenizer>> tokenizer = LoadTokenizer(tokenizer_path);
   if (!tokenizer.ok()) {
     std::fprintf(stderr, "flame-tokenize: %s\n", std::string(tokenizer.status().message()).c_str());
     return kExitUsage;
