@@ -126,7 +126,8 @@ absl::Status ExportCheckpoint(const ExportRequest& request) {
   FLAME_ASSIGN_OR_RETURN(const ModelConfig config, LoadModelConfig(request.model_config));
   FLAME_ASSIGN_OR_RETURN(std::shared_ptr<model::CausalLm> model,
                          LoadCheckpointModel(request.checkpoint, config));
-  FLAME_ASSIGN_OR_RETURN(const int64_t vocab, TrainedVocabSize(request.checkpoint));
+  // LoadCheckpointModel sized the model to the checkpoint's vocabulary.
+  const int64_t vocab = model->named_parameters()[kEmbeddings].size(0);
   FLAME_ASSIGN_OR_RETURN(const std::string config_json,
                          ExportedConfig(request.model_config, vocab, request.dtype));
 
