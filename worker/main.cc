@@ -3,6 +3,8 @@
 //
 // Exit codes: 0 completed, stopped or paused; 1 training failed (reported to flamed as an error);
 // 2 bad environment or join refused; 3 this attempt is stale (flamed fenced it).
+//
+// With arguments it runs a tool instead: `flame-worker export ...` (worker/export_command.h).
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -13,6 +15,7 @@
 
 #include "common/logging.h"
 #include "worker/dist/communicator.h"
+#include "worker/export_command.h"
 #include "worker/rpc/coordinator_client.h"
 #include "worker/rpc/worker_identity.h"
 #include "worker/trainer.h"
@@ -105,4 +108,12 @@ int Main() {
 }  // namespace
 }  // namespace flame::worker
 
-int main() { return flame::worker::Main(); }
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    const std::string command = argv[1];
+    if (command == "export") return flame::worker::RunExportCommand(argc - 1, argv + 1);
+    std::fprintf(stderr, "flame-worker: unknown command \"%s\" (known: export)\n", argv[1]);
+    return 2;
+  }
+  return flame::worker::Main();
+}

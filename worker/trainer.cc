@@ -11,6 +11,8 @@
 #include "common/files.h"
 #include "common/logging.h"
 #include "common/status_macros.h"
+#include "worker/checkpoint/exporter.h"
+#include "worker/checkpoint/model_weights.h"
 #include "worker/config/flop_count.h"
 #include "worker/data/tokenizer_factory.h"
 #include "worker/metrics/peak_flops.h"
@@ -42,6 +44,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   // The one boundary where LibTorch exceptions (c10::Error, std::exception) become a Status.
   try {
     FLAME_RETURN_IF_ERROR(Setup());
+    if (config_.checkpoint.create_seed_checkpoint) {
+      FLAME_RETURN_IF_ERROR(CreateSeedCheckpoint());
+      return TrainResult{TrainOutcome::kCompleted, 0};
+    }
     FLAME_RETURN_IF_ERROR(Restore());
     BroadcastParameters();
     LogBanner();
@@ -230,20 +236,80 @@ absl::Status Trainer::Restore() {
   // so a checkpoint in it can only be this job's own, written when it was paused (a pause always
   // saves), and a resumed job must continue from it.
   FLAME_ASSIGN_OR_RETURN(const int64_t step, ChooseCheckpoint());
-  if (step < 0) return absl::OkStatus();  // a fresh start
-  CheckpointState saved;
-  FLAME_RETURN_IF_ERROR(checkpoints_->Load(step, &saved, *model_, *optimizer_));
-  if (!config_.spec_hash.empty() && saved.spec_hash != config_.spec_hash) {
-    FLAME_LOG(WARNING) << "checkpoint step-" << step << " was written by a job spec with another "
-                       << "hash (" << saved.spec_hash << "): the job changed since";
+  const CheckpointConfig& c = config_.checkpoint;
+  FLAME_ASSIGN_OR_RETURN(CheckpointComponents parts, ComponentsToLoad(c.exclude_from_loading));
+  const CheckpointComponents model_only = {.model = parts.model,
+                                           .optimizer = false,
+                                           .lr_scheduler = false,
+                                           .dataloader = false,
+                                           .train_state = false};
+  std::string dir;
+  if (step >= 0) {
+    dir = checkpoints_->StepPath(step);
+    if (step == 0) parts = model_only;  // flame: step 0 is a seed, its weights are all it has
+  } else if (!c.initial_load_path.empty()) {
+    // Only a job without checkpoints of its own starts from initial_load_path.
+    dir = c.initial_load_path;
+    if (c.initial_load_model_weights_only) parts = model_only;
+  } else {
+    return absl::OkStatus();  // a fresh start
   }
-  FLAME_RETURN_IF_ERROR(RestoreDataPosition(saved));
-  state_ = saved.train_state;
-  elapsed_before_ = state_.elapsed_seconds;
-  resumed_from_step_ = state_.step;
-  last_saved_step_ = state_.step;
+  absl::Status status = RestoreFrom(dir, parts);
+  // Every rank loads; all of them learn if one failed, so none waits for the others forever.
+  torch::Tensor failed = torch::tensor({status.ok() ? 0.0 : 1.0}, torch::kFloat64);
+  context_.communicator->AllReduce(failed, ReduceOp::kMax);
+  if (!status.ok()) return status;
+  if (failed.item<double>() > 0) return absl::AbortedError("another rank failed to restore " + dir);
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::RestoreFrom(const std::string& dir, const CheckpointComponents& parts) {
+  if (!CheckpointStore::IsCheckpointDirectory(dir)) {
+    // An HF-style folder (initial_load_path): weights are all it has.
+    if (parts.model) FLAME_RETURN_IF_ERROR(ImportHfFolder(dir, *model_));
+    if (rank_ == 0) {
+      FLAME_LOG(INFO) << "loaded the model weights of " << dir;
+    }
+    return absl::OkStatus();
+  }
+  FLAME_RETURN_IF_ERROR(CheckpointStore::VerifyDirectory(dir));
+  CheckpointState saved;
+  FLAME_RETURN_IF_ERROR(
+      CheckpointStore::LoadDirectory(dir, parts, &saved, *model_, optimizer_.get()));
+  const bool resuming =
+      parts.optimizer || parts.lr_scheduler || parts.dataloader || parts.train_state;
+  if (saved.kind == CheckpointKind::kWeightsOnly && resuming) {
+    // The final save of a run with last_save_model_weights_only: fine for a run that is over,
+    // but the optimizer and data state to go on from it are gone.
+    if (!(parts.train_state && saved.train_state.step >= config_.training.steps)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          dir,
+          " holds model weights only (checkpoint.last_save_model_weights_only), so training "
+          "cannot resume from it: set checkpoint.load_step to an earlier full checkpoint, "
+          "or start a new run from it with checkpoint.initial_load_path"));
+    }
+    if (rank_ == 0) {
+      FLAME_LOG(INFO) << dir << " is the final weights-only save at step " << saved.train_state.step
+                      << ": nothing left to train";
+    }
+  }
+  if (parts.train_state && !config_.spec_hash.empty() && saved.spec_hash != config_.spec_hash) {
+    FLAME_LOG(WARNING) << dir << " was written by a job spec with another hash (" << saved.spec_hash
+                       << "): the job changed since";
+  }
+  if (parts.dataloader && saved.kind == CheckpointKind::kFull) {
+    FLAME_RETURN_IF_ERROR(RestoreDataPosition(saved));
+  }
+  if (parts.train_state) {
+    state_ = saved.train_state;
+    elapsed_before_ = state_.elapsed_seconds;
+    resumed_from_step_ = state_.step;
+    last_saved_step_ = state_.step;
+  }
+  // The LR schedule goes on from where it stood, or restarts, independently of the step.
+  state_.lr_scheduler_steps = parts.lr_scheduler ? saved.train_state.lr_scheduler_steps : 0;
   if (rank_ == 0) {
-    FLAME_LOG(INFO) << "restored " << checkpoints_->StepPath(step);
+    FLAME_LOG(INFO) << "restored " << dir << (resuming ? "" : " (model weights only)");
   }
   return absl::OkStatus();
 }
@@ -294,8 +360,9 @@ void Trainer::BroadcastParameters() {
 absl::StatusOr<Directive> Trainer::TrainStep() {
   const int64_t step = state_.step + 1;
   const int64_t accumulation = config_.training.gradient_accumulation_steps;
-  // flame's LambdaLR: optimizer step s (1-based) uses factor(s - 1).
-  SetLearningRate(*optimizer_, schedule_->LearningRate(step - 1));
+  // flame's LambdaLR: optimizer step s (1-based) uses factor(s - 1), counted by the schedule's
+  // own steps (they differ from the step only after a load that excluded one of the two).
+  SetLearningRate(*optimizer_, schedule_->LearningRate(state_.lr_scheduler_steps));
   optimizer_->zero_grad(/*set_to_none=*/true);
   double loss_sum = 0;
   for (int64_t micro = 0; micro < accumulation; ++micro) {
@@ -316,6 +383,7 @@ absl::StatusOr<Directive> Trainer::TrainStep() {
     optimizer_->step();
   }
   state_.step = step;
+  ++state_.lr_scheduler_steps;
   state_.tokens +=
       accumulation * config_.training.batch_size * config_.training.seq_len * world_size_;
   step_losses_[step] = loss;
@@ -414,7 +482,7 @@ absl::Status Trainer::MaybeLog(bool force) {
   p.loss = avg_loss.item<double>();
   p.max_loss = max_loss.item<double>();
   // Like flame, the LR shown is the scheduler's value after this step (the next step's LR).
-  p.lr = schedule_->LearningRate(step);
+  p.lr = schedule_->LearningRate(state_.lr_scheduler_steps);
   p.grad_norm = last_grad_norm_;
   p.tokens_per_second = static_cast<double>(window_.local_tokens) / window_seconds;
   p.tflops = flops_per_token_ * p.tokens_per_second / 1e12;
@@ -480,9 +548,19 @@ absl::Status Trainer::SaveCheckpoint() {
   checkpoint.world_size = world_size_;
   checkpoint.data_positions =
       context_.communicator->AllGather(EncodeDataPosition(batches_->Position()));
+  // flame's last_save_model_weights_only: the final save keeps the weights, in export_dtype.
+  const bool weights_only =
+      config_.checkpoint.last_save_model_weights_only && state_.step == config_.training.steps;
   absl::Status status;
   if (rank_ == 0) {
-    absl::StatusOr<CheckpointInfo> saved = checkpoints_->Save(checkpoint, *model_, *optimizer_);
+    absl::StatusOr<CheckpointInfo> saved = absl::UnknownError("not saved");
+    if (weights_only) {
+      absl::StatusOr<torch::ScalarType> dtype = ParseExportDtype(config_.checkpoint.export_dtype);
+      saved = dtype.ok() ? checkpoints_->SaveWeightsOnly(checkpoint, *model_, *dtype)
+                         : absl::StatusOr<CheckpointInfo>(dtype.status());
+    } else {
+      saved = checkpoints_->Save(checkpoint, *model_, *optimizer_);
+    }
     status = saved.status();
     if (saved.ok()) {
       status = checkpoints_->Prune(config_.checkpoint.keep_latest_k);
@@ -496,6 +574,33 @@ absl::Status Trainer::SaveCheckpoint() {
   if (!status.ok()) return status;
   if (failed.item<double>() > 0) return absl::AbortedError("rank 0 failed to save a checkpoint");
   last_saved_step_ = state_.step;
+  return absl::OkStatus();
+}
+
+absl::Status Trainer::CreateSeedCheckpoint() {
+  // flame's create_seed_checkpoint: step-0 holds the initial weights, for runs that should all
+  // start from the same ones (they load step 0 as weights only).
+  if (world_size_ != 1) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.create_seed_checkpoint needs a single rank (resources.ranks = 1); this run "
+        "has ",
+        world_size_));
+  }
+  FLAME_RETURN_IF_ERROR(MakeDirectories(checkpoints_->root()));
+  FLAME_RETURN_IF_ERROR(checkpoints_->RemoveTemporaries());
+  const std::vector<int64_t> steps = checkpoints_->ListSteps();
+  if (!steps.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "checkpoint.create_seed_checkpoint: ", checkpoints_->root(), " already holds step-",
+        steps.back(), "; a seed checkpoint starts a new run in an empty checkpoint folder"));
+  }
+  CheckpointState seed;
+  seed.spec_hash = config_.spec_hash;
+  seed.world_size = world_size_;
+  FLAME_ASSIGN_OR_RETURN(const CheckpointInfo saved,
+                         checkpoints_->SaveWeightsOnly(seed, *model_, torch::kFloat32));
+  Print(absl::StrCat("saved seed checkpoint ", saved.path));
+  context_.progress->CommitCheckpoint(saved);
   return absl::OkStatus();
 }
 

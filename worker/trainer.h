@@ -3,8 +3,9 @@
 //
 //   Run()
 //     Setup()             tokenizer, model config, data loader, model, optimizer, schedule
-//     Restore()           newest valid checkpoint (or checkpoint.load_step): weights,
-//                         optimizer, train state, this rank's data position
+//     Restore()           newest valid checkpoint (or checkpoint.load_step, else
+//                         checkpoint.initial_load_path): weights, optimizer, train state, LR
+//                         schedule, this rank's data position, less exclude_from_loading
 //     loop: TrainStep()   ForwardBackward per micro-batch, one gradient reduction, clip,
 //                         optimizer step (or skip on NaN/Inf), LR schedule
 //           MaybeEvaluate()  held-out loss every metrics.eval_interval steps and at the end
@@ -79,6 +80,9 @@ class Trainer {
   absl::Status SetupMetrics();  // FLOPs per token, eval data, TensorBoard, profiler
   absl::Status OpenTensorBoard();
   absl::Status Restore();
+  // Loads checkpoint (or HF-style) folder `dir`, restoring `parts` of it.
+  absl::Status RestoreFrom(const std::string& dir, const CheckpointComponents& parts);
+  absl::Status CreateSeedCheckpoint();
   absl::StatusOr<int64_t> ChooseCheckpoint();  // rank 0's choice, broadcast; -1: none
   absl::Status RestoreDataPosition(const CheckpointState& saved);
   absl::StatusOr<Directive> TrainStep();

@@ -157,5 +157,50 @@ TEST(CheckpointStore, PrunesToTheNewestKAndRemovesInterruptedSaves) {
   EXPECT_EQ(store.ListSteps(), (std::vector<int64_t>{3, 4}));
 }
 
+TEST(CheckpointStore, WeightsOnlyCheckpointsHoldCastWeightsAndAreVerifiedLikeFullOnes) {
+  TempDir dir;
+  CheckpointStore store(dir.path());
+  Trainee saved = MakeTrainee(1, 2);
+  const absl::StatusOr<CheckpointInfo> info =
+      store.SaveWeightsOnly(StateAt(5), *saved.model, torch::kFloat16);
+  ASSERT_TRUE(info.ok()) << info.status();
+  ASSERT_TRUE(store.Verify(5).ok());
+  EXPECT_FALSE(fs::exists(store.StepPath(5) + "/optimizer.pt"));
+
+  // Only the model and the train state come back; the weights are the f16-rounded ones.
+  Trainee loaded = MakeTrainee(2, 0);
+  CheckpointState state;
+  ASSERT_TRUE(store.Load(5, &state, *loaded.model, *loaded.optimizer).ok());
+  EXPECT_EQ(state.kind, CheckpointKind::kWeightsOnly);
+  EXPECT_EQ(state.train_state.step, 5);
+  EXPECT_TRUE(state.data_positions.empty());
+  auto expected = saved.model->named_parameters();
+  for (const auto& item : loaded.model->named_parameters()) {
+    EXPECT_EQ(item.value().dtype(), torch::kFloat32) << item.key();
+    EXPECT_TRUE(torch::equal(item.value(), expected[item.key()].to(torch::kHalf).to(torch::kFloat)))
+        << item.key();
+  }
+  FlipByte(store.StepPath(5) + "/model.safetensors", 200);
+  EXPECT_FALSE(store.Verify(5).ok());
+  EXPECT_EQ(store.FindNewestValid(), std::nullopt);
+}
+
+TEST(CheckpointStore, ExcludedComponentsAreLeftAlone) {
+  TempDir dir;
+  CheckpointStore store(dir.path());
+  Trainee saved = MakeTrainee(1, 2);
+  ASSERT_TRUE(store.Save(StateAt(2), *saved.model, *saved.optimizer).ok());
+  Trainee loaded = MakeTrainee(2, 0);
+  const auto before = loaded.model->named_parameters()["lm_head.weight"].clone();
+  CheckpointComponents parts;
+  parts.model = false;
+  CheckpointState state;
+  ASSERT_TRUE(CheckpointStore::LoadDirectory(store.StepPath(2), parts, &state, *loaded.model,
+                                             loaded.optimizer.get())
+                  .ok());
+  EXPECT_TRUE(torch::equal(before, loaded.model->named_parameters()["lm_head.weight"]));
+  EXPECT_EQ(state.train_state.step, 2);  // the train state is always read, for the caller
+}
+
 }  // namespace
 }  // namespace flame::worker

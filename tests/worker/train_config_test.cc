@@ -217,5 +217,31 @@ TEST(TrainConfig, MetricsAndProfilingChecksNameTheKey) {
   EXPECT_EQ(message(bad).rfind("profiling.profile_freq", 0), 0u) << message(bad);
 }
 
+TEST(TrainConfig, CheckpointLoadOptionsAreCheckedByName) {
+  TrainConfig config;
+  config.dump_folder = "/d";
+  config.model_config = "m.json";
+  config.tokenizer_path = "t.model";
+  config.training.dataset = {"a.jsonl"};
+  config.checkpoint.export_dtype = "int8";
+  absl::Status status = ValidateTrainConfig(config);
+  EXPECT_NE(status.message().find("checkpoint.export_dtype"), std::string::npos) << status;
+  config.checkpoint.export_dtype = "bfloat16";
+  config.checkpoint.exclude_from_loading = {"dataloader", "scheduler"};
+  status = ValidateTrainConfig(config);
+  EXPECT_NE(status.message().find("checkpoint.exclude_from_loading"), std::string::npos);
+  EXPECT_NE(status.message().find("\"scheduler\""), std::string::npos) << status;
+
+  const absl::StatusOr<CheckpointComponents> parts =
+      ComponentsToLoad({"optimizer", "dataloader", "lr_scheduler"});
+  ASSERT_TRUE(parts.ok());
+  EXPECT_TRUE(parts->model);
+  EXPECT_TRUE(parts->train_state);
+  EXPECT_FALSE(parts->optimizer);
+  EXPECT_FALSE(parts->dataloader);
+  EXPECT_FALSE(parts->lr_scheduler);
+  EXPECT_TRUE(ComponentsToLoad({}).ok());
+}
+
 }  // namespace
 }  // namespace flame::worker

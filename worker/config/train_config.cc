@@ -69,6 +69,26 @@ absl::Status ValidateDataProbs(const TrainingConfig& t) {
 
 }  // namespace
 
+absl::StatusOr<CheckpointComponents> ComponentsToLoad(const std::vector<std::string>& exclude) {
+  CheckpointComponents parts;
+  for (const std::string& name : exclude) {
+    bool* flag = name == "model"          ? &parts.model
+                 : name == "optimizer"    ? &parts.optimizer
+                 : name == "lr_scheduler" ? &parts.lr_scheduler
+                 : name == "dataloader"   ? &parts.dataloader
+                 : name == "train_state"  ? &parts.train_state
+                                          : nullptr;
+    if (flag == nullptr) {
+      return Invalid("checkpoint.exclude_from_loading",
+                     absl::StrCat("has unknown component \"", name,
+                                  "\" (known: model, optimizer, lr_scheduler, dataloader, "
+                                  "train_state)"));
+    }
+    *flag = false;
+  }
+  return parts;
+}
+
 std::string TrainConfig::CheckpointRoot() const {
   if (dump_folder.empty()) return checkpoint.folder;
   return absl::StrCat(dump_folder, "/", checkpoint.folder);
@@ -120,6 +140,12 @@ absl::Status ValidateTrainConfig(const TrainConfig& c) {
   if (c.checkpoint.keep_latest_k < 0) return Invalid("checkpoint.keep_latest_k", "must be >= 0");
   if (c.checkpoint.load_step < -1) return Invalid("checkpoint.load_step", "must be -1 or a step");
   if (c.checkpoint.folder.empty()) return Invalid("checkpoint.folder", "must not be empty");
+  const std::string& dtype = c.checkpoint.export_dtype;
+  if (dtype != "float32" && dtype != "bfloat16" && dtype != "float16") {
+    return Invalid("checkpoint.export_dtype",
+                   absl::StrCat("must be float16, bfloat16 or float32 (got \"", dtype, "\")"));
+  }
+  FLAME_RETURN_IF_ERROR(ComponentsToLoad(c.checkpoint.exclude_from_loading).status());
   if (c.dump_folder.empty()) return Invalid("job.dump_folder", "is required");
   FLAME_RETURN_IF_ERROR(ValidateMetrics(c.metrics));
   return ValidateProfiling(c.profiling);
@@ -148,7 +174,14 @@ std::string DescribeTrainConfig(const TrainConfig& c) {
       absl::StrCat("training.data_probs = ", absl::StrJoin(t.data_probs, ",")),
       absl::StrCat("checkpoint = ", c.checkpoint.enable_checkpoint ? "on" : "off", ", folder ",
                    c.checkpoint.folder, ", interval ", c.checkpoint.interval, ", keep_latest_k ",
-                   c.checkpoint.keep_latest_k, ", load_step ", c.checkpoint.load_step),
+                   c.checkpoint.keep_latest_k, ", load_step ", c.checkpoint.load_step,
+                   ", initial_load_path ",
+                   c.checkpoint.initial_load_path.empty() ? std::string("unset")
+                                                          : c.checkpoint.initial_load_path,
+                   c.checkpoint.initial_load_model_weights_only ? " (weights only)" : "",
+                   ", last_save_model_weights_only ", c.checkpoint.last_save_model_weights_only,
+                   ", export_dtype ", c.checkpoint.export_dtype, ", exclude_from_loading [",
+                   absl::StrJoin(c.checkpoint.exclude_from_loading, ","), "]"),
       absl::StrCat("metrics = log_freq ", c.metrics.log_freq, ", tensorboard ",
                    c.metrics.enable_tensorboard ? c.metrics.save_tb_folder : "off",
                    c.metrics.save_for_all_ranks ? " (all ranks)" : "", ", wandb ",

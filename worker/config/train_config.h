@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 
 namespace flame::worker {
 
@@ -58,14 +59,17 @@ struct CheckpointConfig {
   std::string folder = "checkpoint";  // under dump_folder
   int64_t interval = 500;
   int64_t keep_latest_k = 0;  // 0 keeps every checkpoint
-  int64_t load_step = -1;     // -1: the newest complete checkpoint
-  // A step-N folder loaded while `folder` holds no checkpoint yet; empty: none.
+  int64_t load_step = -1;     // -1: the newest complete checkpoint; 0: model weights only
+  // Where a job with no checkpoint yet starts from: a step-N folder or an HF-style folder
+  // (model.safetensors + config.json). "" = none.
   std::string initial_load_path;
   bool initial_load_model_weights_only = true;
-  bool last_save_model_weights_only = false;  // the final save keeps the model only
-  std::string export_dtype = "float32";       // of a weights-only final save
-  bool create_seed_checkpoint = false;        // save step-0 and exit
-  // Components left out of a load: model, optimizer, lr_scheduler, dataloader, train_state.
+  // The final save keeps model weights only (model.safetensors), cast to export_dtype.
+  bool last_save_model_weights_only = false;
+  std::string export_dtype = "float32";  // float16 | bfloat16 | float32
+  // Save step-0 (the initial weights) and exit; world size 1 only.
+  bool create_seed_checkpoint = false;
+  // Components not restored: model, optimizer, lr_scheduler, dataloader, train_state.
   std::vector<std::string> exclude_from_loading;
 };
 
@@ -93,6 +97,18 @@ struct ProfilingConfig {
   std::string save_traces_folder = "profile_traces";  // under dump_folder
   int64_t profile_freq = 10;
 };
+
+// What a checkpoint load restores: all but checkpoint.exclude_from_loading.
+struct CheckpointComponents {
+  bool model = true;
+  bool optimizer = true;
+  bool lr_scheduler = true;
+  bool dataloader = true;
+  bool train_state = true;  // step, tokens, skipped steps, elapsed time, RNG
+};
+
+// Checks the names in `exclude` and turns them into the components to load.
+absl::StatusOr<CheckpointComponents> ComponentsToLoad(const std::vector<std::string>& exclude);
 
 struct TrainConfig {
   // [job]
