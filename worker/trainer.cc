@@ -155,8 +155,8 @@ absl::Status Trainer::SetupMetrics() {
   const std::string accelerator = device_monitor_->AcceleratorName();
   if (!accelerator.empty()) peak_flops_ = PeakBf16Flops(accelerator);
   if (rank_ == 0) {
-    FLAME_LOG(INFO) << "training FLOPs per token: " << flops_per_token_ << " (6 x "
-                    << MatmulParameterCount(model_config_) << " matmul weights + mixer)";
+    FLAME_LOG(INFO) << "training FLOPs per token: " << flops_per_token_
+                    << " (matrix multiplies, forward + backward; README: Metrics)";
     if (accelerator.empty()) {
       FLAME_LOG(INFO) << "MFU is not defined on CPU ranks (no peak FLOPS): reported as 0";
     } else if (!peak_flops_) {

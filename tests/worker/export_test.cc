@@ -37,7 +37,10 @@ ExportRequest MakeRequest(const std::string& checkpoint, const std::string& conf
   return request;
 }
 
-const char* const kRoundTripConfigs[] = {"configs/models/gla_tiny.json"};
+const char* const kRoundTripConfigs[] = {
+    "configs/models/gla_tiny.json",       "configs/models/transformer_tiny.json",
+    "configs/models/retnet_tiny.json",    "configs/models/delta_net_tiny.json",
+    "configs/models/gated_deltanet_tiny.json"};
 
 ModelConfig LoadConfig(const std::string& path) {
   absl::StatusOr<ModelConfig> config = LoadModelConfig(path);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "tests/worker/test_util.h"
+#include "worker/config/delta_net_config.h"
 
 namespace flame::worker {
 namespace {
@@ -58,6 +59,28 @@ TEST(FlopCount, LmHeadCountsEvenWhenTiedAndKeyValueGroupsShrinkKAndV) {
   EXPECT_EQ(MatmulParameterCount(config), untied - 2 * (128 * 32 + 128 * 64 + 16 * 32));
   // The op still runs on both query heads with the same head dims.
   EXPECT_DOUBLE_EQ(MixerForwardFlopsPerToken(config, 64), 40960);
+}
+
+// Every family goes through the one entry point; only softmax attention grows with the context.
+TEST(FlopCount, DispatchesEveryFamilyToItsOwnCount) {
+  for (const char* name : {"gla", "transformer", "retnet", "delta_net", "gated_deltanet"}) {
+    absl::StatusOr<ModelConfig> config = LoadModelConfig(
+        testing::SourcePath(std::string("configs/models/") + name + "_tiny.json"));
+    ASSERT_TRUE(config.ok()) << config.status();
+    const double short_context = TrainingFlopsPerToken(*config, 64);
+    const double long_context = TrainingFlopsPerToken(*config, 4096);
+    EXPECT_GT(short_context, 0) << name;
+    if (config->family == ModelFamily::kTransformer) {
+      EXPECT_GT(long_context, short_context) << name;
+      EXPECT_DOUBLE_EQ(long_context, config->transformer.TrainingFlopsPerToken(*config, 4096));
+    } else {
+      EXPECT_DOUBLE_EQ(long_context, short_context) << name << ": linear attention has no T term";
+    }
+  }
+  absl::StatusOr<ModelConfig> delta =
+      LoadModelConfig(testing::SourcePath("configs/models/delta_net_tiny.json"));
+  ASSERT_TRUE(delta.ok());
+  EXPECT_DOUBLE_EQ(TrainingFlopsPerToken(*delta, 64), DeltaNetTrainingFlopsPerToken(*delta));
 }
 
 }  // namespace

@@ -2,6 +2,9 @@
 
 #include <algorithm>
 
+#include "common/status_macros.h"
+#include "worker/config/delta_net_config.h"
+
 namespace flame::worker {
 namespace {
 
@@ -46,36 +49,43 @@ MixerCost GlaCost(const ModelConfig& config, int64_t seq_len) {
   return cost;
 }
 
-MixerCost CostOf(const ModelConfig& config, int64_t seq_len) {
-  switch (config.family) {
-    case ModelFamily::kGla:
-      return GlaCost(config, seq_len);
-      // ---- Other families: one case each, calling the family's own FLOP helper. ----
-      // transformer: projections q,o d·d and k,v d·kv_heads·head_dim; softmax causal attention
-      //   counted like flame over the context: 4·H·head_dim·T forward per token.
-      // retnet, delta_net, gated_deltanet: their projections and chunk terms (chunk 64).
-      // No default: a new ModelFamily without a case fails to compile (-Wswitch).
-  }
-  return {};
+// Every family's count follows the convention above; GLA's is here, the others beside their
+// options (their derivations are written there).
+double GlaTrainingFlopsPerToken(const ModelConfig& config, int64_t seq_len) {
+  return 6.0 * static_cast<double>(MatmulParameterCount(config)) +
+         3.0 * static_cast<double>(config.num_hidden_layers) *
+             MixerForwardFlopsPerToken(config, seq_len);
 }
 
 }  // namespace
 
 int64_t MatmulParameterCount(const ModelConfig& config) {
+  FLAME_CHECK(config.family == ModelFamily::kGla);  // the split below is GLA's
   const int64_t d = config.hidden_size;
   const int64_t mlp = 3 * d * config.MlpIntermediateSize();  // gate, up, down
-  const int64_t per_layer = CostOf(config, kChunkSize).matmul_parameters + mlp;
+  const int64_t per_layer = GlaCost(config, kChunkSize).matmul_parameters + mlp;
   return config.num_hidden_layers * per_layer + d * config.vocab_size;  // + lm_head
 }
 
 double MixerForwardFlopsPerToken(const ModelConfig& config, int64_t seq_len_or_context_len) {
-  return CostOf(config, seq_len_or_context_len).forward_flops_per_token;
+  FLAME_CHECK(config.family == ModelFamily::kGla);
+  return GlaCost(config, seq_len_or_context_len).forward_flops_per_token;
 }
 
 double TrainingFlopsPerToken(const ModelConfig& config, int64_t seq_len_or_context_len) {
-  return 6.0 * static_cast<double>(MatmulParameterCount(config)) +
-         3.0 * static_cast<double>(config.num_hidden_layers) *
-             MixerForwardFlopsPerToken(config, seq_len_or_context_len);
+  switch (config.family) {
+    case ModelFamily::kGla:
+      return GlaTrainingFlopsPerToken(config, seq_len_or_context_len);
+    case ModelFamily::kTransformer:  // the only family whose cost grows with the context
+      return config.transformer.TrainingFlopsPerToken(config, seq_len_or_context_len);
+    case ModelFamily::kRetNet:
+      return config.retnet.TrainingFlopsPerToken(config);
+    case ModelFamily::kDeltaNet:
+      return DeltaNetTrainingFlopsPerToken(config);
+    case ModelFamily::kGatedDeltaNet:
+      return GatedDeltaNetTrainingFlopsPerToken(config);
+  }
+  return 0;  // unreachable: -Wswitch makes a new family without a case fail to compile
 }
 
 }  // namespace flame::worker

@@ -21,14 +21,16 @@
 
 namespace flame::worker {
 
-// Matrix-multiply weights per token: every layer's projections and MLP, plus lm_head.
-int64_t MatmulParameterCount(const ModelConfig& config);
-
-// Forward FLOPs of one layer's token-mixing op per token (not its projections), for sequences of
-// `seq_len_or_context_len` tokens: seq_len, or context_len in varlen mode.
-double MixerForwardFlopsPerToken(const ModelConfig& config, int64_t seq_len_or_context_len);
-
-// 6 · MatmulParameterCount + 3 · num_hidden_layers · MixerForwardFlopsPerToken.
+// The count for any family, for sequences of `seq_len_or_context_len` tokens (seq_len, or
+// context_len in varlen mode): GLA below; the transformer, RetNet, DeltaNet and Gated DeltaNet
+// counts live beside their options (TransformerOptions::TrainingFlopsPerToken, ...), each with its
+// derivation, under the same convention.
 double TrainingFlopsPerToken(const ModelConfig& config, int64_t seq_len_or_context_len);
+
+// GLA's two terms (config.family must be kGla):
+// matrix-multiply weights per token: every layer's projections and MLP, plus lm_head;
+int64_t MatmulParameterCount(const ModelConfig& config);
+// forward FLOPs of one layer's chunk_gla per token (not its projections).
+double MixerForwardFlopsPerToken(const ModelConfig& config, int64_t seq_len_or_context_len);
 
 }  // namespace flame::worker
