@@ -283,7 +283,7 @@ TEST_P(DeltaFamilies, TrainsOnTheDemoCorpus) {
                                                 ? "configs/models/delta_net_tiny.json"
                                                 : "configs/models/gated_deltanet_tiny.json");
   config.training.steps = 40;
-  config.log_freq = 10;
+  config.metrics.log_freq = 10;
   config.checkpoint.enable_checkpoint = false;
   LocalCommunicator communicator;
   NullProgressSink sink;

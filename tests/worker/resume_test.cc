@@ -36,7 +36,7 @@ TrainConfig ResumeConfig(const std::string& dump) {
   TrainConfig config = DemoTrainConfig(dump);
   config.training.steps = 10;
   config.checkpoint.interval = 4;
-  config.log_freq = 1;
+  config.metrics.log_freq = 1;
   return config;
 }
 
@@ -164,7 +164,7 @@ TEST(ExactResume, TwoRanksMatchOneRankWithTwiceTheBatch) {
   one.training.seq_len = 32;
   one.training.batch_size = 8;
   one.training.steps = 5;
-  one.log_freq = 1;
+  one.metrics.log_freq = 1;
   one.training.dataset = {WriteOneRowPerDocumentCorpus(dir.path(), **tokenizer, 32, 64)};
   TrainConfig two = one;
   two.dump_folder = two_dir.path();

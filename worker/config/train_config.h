@@ -49,9 +49,6 @@ struct TrainingConfig {
   int64_t seed = 42;
   bool deterministic = false;
   int64_t num_workers = 1;
-  // Sampling weights of the datasets, one per entry of `dataset` (training.data_probs); empty:
-  // unset.
-  std::vector<double> data_probs;
 };
 
 struct CheckpointConfig {

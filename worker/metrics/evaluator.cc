@@ -28,7 +28,11 @@ absl::StatusOr<std::unique_ptr<Evaluator>> Evaluator::Create(const TrainConfig& 
                                                              const Tokenizer* tokenizer,
                                                              int64_t rank, int64_t world_size) {
   LoaderOptions options;
-  options.files = config.metrics.eval_dataset;
+  options.sources = config.metrics.eval_dataset;
+  // Several held-out files are mixed evenly; the draw is seeded, so every evaluation sees the
+  // same batches.
+  if (options.sources.size() > 1) options.probs.assign(options.sources.size(), 1.0);
+  options.seed = static_cast<uint64_t>(config.training.seed);
   options.batch_size = config.training.batch_size;
   options.seq_len = config.training.seq_len;
   options.rank = rank;
