@@ -159,26 +159,29 @@ absl::Status RequireDatasetFiles(absl::string_view key, const std::vector<std::s
   return absl::OkStatus();
 }
 
-// training.data_probs: one non-negative weight per dataset, not all zero (flame's
-// interleave probabilities; the worker normalises them).
+// training.data_probs: one positive weight per dataset (flame's interleave probabilities; the
+// worker normalises them), required when there are several datasets, as in flame. The worker
+// checks the same (worker/config/train_config.cc); refusing here keeps a bad job out of the queue.
 absl::Status ValidateDataProbs(const flame::v1::TrainingSection& t, size_t datasets) {
-  if (!t.has_data_probs() || SplitList(t.data_probs()).empty()) return absl::OkStatus();
+  if (!t.has_data_probs() || SplitList(t.data_probs()).empty()) {
+    if (datasets <= 1) return absl::OkStatus();
+    return Invalid("training.data_probs",
+                   absl::StrCat("is required when training.dataset names more than one dataset (",
+                                datasets, " named): one sampling weight per dataset"));
+  }
   const std::vector<std::string> entries = SplitList(t.data_probs(), /*keep_empty=*/true);
   if (entries.size() != datasets) {
     return Invalid("training.data_probs",
                    absl::StrCat("has ", entries.size(), " entries but training.dataset names ",
                                 datasets, " (one probability per dataset)"));
   }
-  double sum = 0;
   for (const std::string& entry : entries) {
     double p = 0;
-    if (!absl::SimpleAtod(entry, &p) || !std::isfinite(p) || p < 0) {
+    if (!absl::SimpleAtod(entry, &p) || !std::isfinite(p) || !(p > 0)) {
       return Invalid("training.data_probs",
-                     absl::StrCat("must be non-negative numbers (got \"", entry, "\")"));
+                     absl::StrCat("must be positive numbers (got \"", entry, "\")"));
     }
-    sum += p;
   }
-  if (!(sum > 0)) return Invalid("training.data_probs", "must not all be zero");
   return absl::OkStatus();
 }
 

@@ -116,7 +116,7 @@ TEST_F(JobSpecTest, DataParallelDegreesMustCoverTheRanks) {
   EXPECT_THAT(check(4, 1, 0).message(), BeginsWith("training.data_parallel_shard_degree"));
 }
 
-TEST_F(JobSpecTest, DataProbsNeedOneNonNegativeWeightPerDataset) {
+TEST_F(JobSpecTest, DataProbsNeedOnePositiveWeightPerDatasetWhenThereAreSeveral) {
   const auto check = [this](const std::string& datasets, const std::string& probs) {
     return ValidateJobSpec(Resolved([&](JobSpec* s) {
       s->mutable_training()->set_dataset(datasets);
@@ -128,9 +128,12 @@ TEST_F(JobSpecTest, DataProbsNeedOneNonNegativeWeightPerDataset) {
   EXPECT_TRUE(check(two, "3, 1").ok());
   EXPECT_THAT(check(two, "1").message(),
               HasSubstr("training.data_probs has 1 entries but training.dataset names 2"));
-  EXPECT_THAT(check(two, "0.5,-1").message(), HasSubstr("must be non-negative numbers"));
+  EXPECT_THAT(check(two, "0.5,-1").message(), HasSubstr("must be positive numbers"));
   EXPECT_THAT(check(two, "0.5,x").message(), HasSubstr("(got \"x\")"));
-  EXPECT_THAT(check(two, "0,0").message(), HasSubstr("must not all be zero"));
+  EXPECT_THAT(check(two, "0.5,0").message(), HasSubstr("(got \"0\")"));
+  EXPECT_THAT(check(two, "").message(),
+              HasSubstr("training.data_probs is required when training.dataset names more than one"));
+  EXPECT_TRUE(check(dir_ + "/a.jsonl", "").ok());
 }
 
 TEST_F(JobSpecTest, AHubDatasetIdIsExplained) {
