@@ -5,7 +5,7 @@ Run on a machine with torch, transformers and fla (a GPU host: fla's kernels are
 
     flame-worker export --checkpoint <dump>/checkpoint/step-N --config <config.json> \
         --output <dir> --reference-logits
-    python3 tests/worker/fla_load_check.py <dir> [--device cuda] [--tolerance 1e-3]
+    python3 tests/worker/fla_load_check.py <dir> [--device cuda] [--tolerance 1e-3] [--dtype bfloat16]
 
 The export folder holds model.safetensors and config.json, and (with --reference-logits)
 input_ids.npy (int64 [B, T]) and expected_logits.npy (float32 [B, T, V]): the ids and the logits
@@ -26,6 +26,9 @@ def main() -> int:
     parser.add_argument("--device", default="cuda", help="torch device (default: cuda)")
     parser.add_argument("--tolerance", type=float, default=1e-3,
                         help="largest accepted relative error (default: 1e-3)")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"],
+                        help="dtype fla runs in (its chunk_delta_rule refuses float32; in "
+                             "bfloat16 give a tolerance of a few 1e-2)")
     args = parser.parse_args()
 
     needed = ["config.json", "model.safetensors", "input_ids.npy", "expected_logits.npy"]
@@ -47,7 +50,8 @@ def main() -> int:
               file=sys.stderr)
         return 2
 
-    model = AutoModelForCausalLM.from_pretrained(args.export_dir, torch_dtype=torch.float32)
+    dtype = getattr(torch, args.dtype)
+    model = AutoModelForCausalLM.from_pretrained(args.export_dir, dtype=dtype)
     model = model.to(args.device).eval()
     # TF32 matmuls would add ~1e-3 of error on their own; the check is about the weights.
     torch.backends.cuda.matmul.allow_tf32 = False
