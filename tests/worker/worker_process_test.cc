@@ -10,7 +10,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <thread>
 
@@ -97,6 +99,13 @@ class WorkerProcess {
     return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
 
+  // SIGKILL, as the kernel's OOM killer or a node failure would: no step is finished, nothing is
+  // saved, no Finish is sent.
+  void Kill() {
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+  }
+
   std::string Log() const {
     std::ifstream in(log_);
     std::stringstream text;
@@ -151,6 +160,61 @@ TEST(WorkerProcess, TrainsReportsCommitsCheckpointsAndResumesFromThem) {
   EXPECT_EQ(fake.progress().front().resumed_from_step(), 12);
   ASSERT_EQ(fake.finishes().size(), 1u);
   EXPECT_EQ(fake.finishes()[0].step(), 16);
+}
+
+// Loss of every reported step.
+std::map<int64_t, double> ReportedLosses(FakeCoordinator& fake) {
+  std::map<int64_t, double> losses;
+  for (const auto& report : fake.progress()) {
+    losses[report.progress().step()] = report.progress().loss();
+  }
+  return losses;
+}
+
+// The resume proof with a real process: SIGKILL a worker mid-run (packed varlen rows, gradient
+// accumulation), start a new one on the same dump folder, and every step it reports has the
+// uninterrupted run's loss.
+TEST(WorkerProcess, AKilledRunResumesWithTheUninterruptedLosses) {
+  flame::v1::JobSpec spec = DemoSpec(30);
+  spec.mutable_training()->set_varlen(true);
+  spec.mutable_training()->set_batch_size(1);
+  spec.mutable_training()->set_seq_len(128);
+  spec.mutable_training()->set_context_len(48);
+  spec.mutable_training()->set_gradient_accumulation_steps(2);
+  spec.mutable_metrics()->set_log_freq(1);
+  TempDir dir;
+  std::map<int64_t, double> uninterrupted;
+  {
+    FakeCoordinator fake(spec, 1, dir.path() + "/whole");
+    fake.Start();
+    WorkerProcess worker(fake.address(), 0, 1, 0, dir.path() + "/whole.log");
+    ASSERT_EQ(worker.Wait(), 0) << worker.Log();
+    uninterrupted = ReportedLosses(fake);
+    ASSERT_EQ(uninterrupted.size(), 30u);
+  }
+  {
+    FakeCoordinator fake(spec, 1, dir.path() + "/killed");
+    fake.Start();
+    WorkerProcess worker(fake.address(), 0, 1, 0, dir.path() + "/killed.log");
+    ASSERT_TRUE(fake.WaitFor([&] { return !fake.commits().empty(); }, milliseconds(60000)))
+        << worker.Log();
+    worker.Kill();
+    EXPECT_TRUE(fake.finishes().empty());
+  }
+  FakeCoordinator fake(spec, 1, dir.path() + "/killed");
+  fake.Start();
+  WorkerProcess worker(fake.address(), 0, 1, 0, dir.path() + "/resumed.log");
+  ASSERT_EQ(worker.Wait(), 0) << worker.Log();
+  ASSERT_FALSE(fake.progress().empty()) << "the killed run had already finished: " << worker.Log();
+  const int64_t resumed_from = fake.progress().front().resumed_from_step();
+  EXPECT_GT(resumed_from, 0) << worker.Log();
+  const std::map<int64_t, double> resumed = ReportedLosses(fake);
+  ASSERT_EQ(static_cast<int64_t>(resumed.size()), 30 - resumed_from);
+  for (const auto& [step, loss] : resumed) {
+    const double expected = uninterrupted.at(step);
+    EXPECT_LE(std::abs(loss - expected), 1e-6 * std::abs(expected))
+        << "step " << step << ": resumed " << loss << " vs uninterrupted " << expected;
+  }
 }
 
 TEST(WorkerProcess, TwoRanksTrainTogetherAndOnlyRankZeroReports) {
