@@ -13,6 +13,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/worker/event_file_decoder.h"
 #include "tests/worker/test_util.h"
+#include "tests/worker/trainer_harness.h"
 #include "worker/config/flop_count.h"
 #include "worker/metrics/evaluator.h"
 #include "worker/trainer.h"
@@ -22,20 +23,8 @@ namespace {
 
 using testing::DemoData;
 using testing::DemoTrainConfig;
+using testing::RecordingSink;
 using testing::TempDir;
-
-class RecordingSink final : public ProgressSink {
- public:
-  void ReportProgress(const ProgressUpdate& progress) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    progress_.push_back(progress);
-  }
-  void CommitCheckpoint(const CheckpointInfo&) override {}
-  std::vector<ProgressUpdate> progress_;
-
- private:
-  std::mutex mutex_;
-};
 
 absl::StatusOr<TrainResult> Train(const TrainConfig& config, RecordingSink* sink) {
   LocalCommunicator communicator;

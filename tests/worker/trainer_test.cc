@@ -13,6 +13,7 @@
 #include "common/files.h"
 #include "nlohmann/json.hpp"
 #include "tests/worker/test_util.h"
+#include "tests/worker/trainer_harness.h"
 #include "worker/data/corpus_tokenizer.h"
 #include "worker/data/document_reader.h"
 
@@ -20,35 +21,9 @@ namespace flame::worker {
 namespace {
 
 using testing::DemoTrainConfig;
+using testing::DirectiveAt;
+using testing::RecordingSink;
 using testing::TempDir;
-
-class RecordingSink final : public ProgressSink {
- public:
-  void ReportProgress(const ProgressUpdate& progress) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    progress_.push_back(progress);
-  }
-  void CommitCheckpoint(const CheckpointInfo& checkpoint) override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    checkpoints_.push_back(checkpoint);
-  }
-  std::vector<ProgressUpdate> progress_;
-  std::vector<CheckpointInfo> checkpoints_;
-
- private:
-  std::mutex mutex_;
-};
-
-// Continue until a given step, then answer `then` (the trainer asks once per step, during it).
-class DirectiveAt final : public DirectiveSource {
- public:
-  DirectiveAt(int64_t step, Directive then) : step_(step), then_(then) {}
-  Directive Current(int64_t step) override { return step >= step_ ? then_ : Directive::kContinue; }
-
- private:
-  int64_t step_;
-  Directive then_;
-};
 
 struct RunRecord {
   absl::StatusOr<TrainResult> result;
