@@ -15,7 +15,7 @@ std::shared_ptr<CausalLm> BuildCausalLm(const ModelConfig& config, uint64_t seed
   std::shared_ptr<CausalLm> model;
   switch (config.family) {
     case ModelFamily::kGla:
-      model = std::make_shared<GlaForCausalLm>(config);
+      model = MakeGlaLm(config);
       break;
     case ModelFamily::kTransformer:
       model = MakeTransformerLm(config);
@@ -25,7 +25,7 @@ std::shared_ptr<CausalLm> BuildCausalLm(const ModelConfig& config, uint64_t seed
       break;
     case ModelFamily::kDeltaNet:
     case ModelFamily::kGatedDeltaNet:
-      model = std::make_shared<DeltaNetForCausalLm>(config);
+      model = MakeDeltaNetLm(config);
       break;
   }
   at::Generator generator = at::make_generator<at::CPUGeneratorImpl>(seed);

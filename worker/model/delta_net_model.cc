@@ -60,7 +60,7 @@ torch::Tensor DeltaNetAttentionImpl::QueryKeyFeatures(const torch::Tensor& x) co
   return y;
 }
 
-torch::Tensor DeltaNetAttentionImpl::forward(const torch::Tensor& x,
+torch::Tensor DeltaNetAttentionImpl::Mix(const torch::Tensor& x,
                                              const torch::Tensor& cu_seqlens) {
   torch::Tensor q = q_proj_(x), k = k_proj_(x), v = v_proj_(x);  // [B, T, Dk | Dv]
   if (options_.use_short_conv) {
@@ -135,7 +135,7 @@ void GatedDeltaNetAttentionImpl::InitCustomParameters(at::Generator& generator) 
   dt_bias.copy_(dt + torch::log(-torch::expm1(-dt)));  // softplus⁻¹(dt)
 }
 
-torch::Tensor GatedDeltaNetAttentionImpl::forward(const torch::Tensor& x,
+torch::Tensor GatedDeltaNetAttentionImpl::Mix(const torch::Tensor& x,
                                                   const torch::Tensor& cu_seqlens) {
   const int64_t H = options_.num_heads, HV = options_.NumValueHeads();
   torch::Tensor q = q_proj_(x), k = k_proj_(x), v = v_proj_(x);  // [B, T, Dk | Dv]
@@ -177,63 +177,17 @@ torch::Tensor GatedDeltaNetAttentionImpl::forward(const torch::Tensor& x,
   return o_proj_(o.flatten(-2));  // [B, T, hidden]
 }
 
-// ---- Block, model, causal LM
-// ---------------------------------------------------------------------
-
-DeltaNetBlockImpl::DeltaNetBlockImpl(const ModelConfig& config) {
-  attn_norm_ = register_module("attn_norm", RmsNorm(config.hidden_size, config.norm_eps));
-  if (config.family == ModelFamily::kGatedDeltaNet) {
-    gated_ = register_module("attn", GatedDeltaNetAttention(config));
-  } else {
-    delta_ = register_module("attn", DeltaNetAttention(config));
-  }
-  mlp_norm_ = register_module("mlp_norm", RmsNorm(config.hidden_size, config.norm_eps));
-  mlp_ = register_module("mlp", GatedMlp(config.hidden_size, config.MlpIntermediateSize()));
-}
-
-torch::Tensor DeltaNetBlockImpl::forward(const torch::Tensor& h, const torch::Tensor& cu_seqlens) {
-  // fla's fused "add + norm": residual = h + attn(norm(h)); out = residual + mlp(norm(residual)).
-  const torch::Tensor normed = attn_norm_(h);
-  const torch::Tensor mixed = gated_ ? gated_(normed, cu_seqlens) : delta_(normed, cu_seqlens);
-  const torch::Tensor residual = h + mixed;
-  return residual + mlp_(mlp_norm_(residual));
-}
-
-DeltaNetModelImpl::DeltaNetModelImpl(const ModelConfig& config) {
-  auto embedding_options = torch::nn::EmbeddingOptions(config.vocab_size, config.hidden_size);
-  if (config.pad_token_id) embedding_options.padding_idx(*config.pad_token_id);
-  embeddings = register_module("embeddings", torch::nn::Embedding(embedding_options));
-  layers_ = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers_->push_back(DeltaNetBlock(config));
-  norm_ = register_module("norm", RmsNorm(config.hidden_size, config.norm_eps));
-}
-
-torch::Tensor DeltaNetModelImpl::forward(const torch::Tensor& input_ids,
-                                         const torch::Tensor& cu_seqlens) {
-  torch::Tensor h = embeddings(input_ids);  // [B, T, hidden]
-  for (const auto& layer : *layers_) h = layer->as<DeltaNetBlock>()->forward(h, cu_seqlens);
-  return norm_(h);
-}
-
-DeltaNetForCausalLm::DeltaNetForCausalLm(const ModelConfig& config) {
+std::shared_ptr<CausalLm> MakeDeltaNetLm(const ModelConfig& config) {
   TORCH_CHECK(
       config.family == ModelFamily::kDeltaNet || config.family == ModelFamily::kGatedDeltaNet,
-      "DeltaNetForCausalLm builds delta_net and gated_deltanet, not ", config.model_type);
-  model_ = register_module("model", DeltaNetModel(config));
-  if (!config.tie_word_embeddings) {
-    lm_head_ = register_module("lm_head", MakeLinear(config.hidden_size, config.vocab_size));
-  }
-}
-
-CausalLmOutput DeltaNetForCausalLm::Forward(const torch::Tensor& input_ids,
-                                            const torch::Tensor& labels,
-                                            const torch::Tensor& cu_seqlens) {
-  const torch::Tensor hidden = model_(input_ids, cu_seqlens);  // [B, T, hidden]
-  CausalLmOutput out;
-  out.logits = lm_head_ ? lm_head_(hidden)
-                        : torch::nn::functional::linear(hidden, model_->embeddings->weight);
-  if (labels.defined()) out.loss = ShiftedCrossEntropy(out.logits, labels);
-  return out;
+      "MakeDeltaNetLm builds delta_net and gated_deltanet, not ", config.model_type);
+  return std::make_shared<DecoderLm>(
+      config, [](const ModelConfig& c, int64_t /*layer_idx*/) -> std::shared_ptr<SequenceMixer> {
+        if (c.family == ModelFamily::kGatedDeltaNet) {
+          return std::make_shared<GatedDeltaNetAttentionImpl>(c);
+        }
+        return std::make_shared<DeltaNetAttentionImpl>(c);
+      });
 }
 
 }  // namespace flame::worker::model

@@ -57,8 +57,8 @@ torch::Tensor GatedLinearAttentionImpl::FeatureMap(const torch::Tensor& x) const
   return x;
 }
 
-torch::Tensor GatedLinearAttentionImpl::forward(const torch::Tensor& x,
-                                                const torch::Tensor& cu_seqlens) {
+torch::Tensor GatedLinearAttentionImpl::Mix(const torch::Tensor& x,
+                                            const torch::Tensor& cu_seqlens) {
   torch::Tensor q = q_proj_(x), k = k_proj_(x), v = v_proj_(x);  // [B, T, Dk | Dv]
   if (options_.use_short_conv) {
     q = q_conv1d_(q, cu_seqlens);
@@ -86,50 +86,10 @@ torch::Tensor GatedLinearAttentionImpl::forward(const torch::Tensor& x,
   return o_proj_(o.flatten(-2));  // [B, T, hidden]
 }
 
-GlaBlockImpl::GlaBlockImpl(const ModelConfig& config) {
-  attn_norm_ = register_module("attn_norm", RmsNorm(config.hidden_size, config.norm_eps));
-  attn_ = register_module("attn", GatedLinearAttention(config));
-  mlp_norm_ = register_module("mlp_norm", RmsNorm(config.hidden_size, config.norm_eps));
-  mlp_ = register_module("mlp", GatedMlp(config.hidden_size, config.MlpIntermediateSize()));
-}
-
-torch::Tensor GlaBlockImpl::forward(const torch::Tensor& h, const torch::Tensor& cu_seqlens) {
-  // fla's fused "add + norm": residual = h + attn(norm(h)); out = residual + mlp(norm(residual)).
-  const torch::Tensor residual = h + attn_(attn_norm_(h), cu_seqlens);
-  return residual + mlp_(mlp_norm_(residual));
-}
-
-GlaModelImpl::GlaModelImpl(const ModelConfig& config) {
-  auto embedding_options = torch::nn::EmbeddingOptions(config.vocab_size, config.hidden_size);
-  if (config.pad_token_id) embedding_options.padding_idx(*config.pad_token_id);
-  embeddings = register_module("embeddings", torch::nn::Embedding(embedding_options));
-  layers_ = register_module("layers", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) layers_->push_back(GlaBlock(config));
-  norm_ = register_module("norm", RmsNorm(config.hidden_size, config.norm_eps));
-}
-
-torch::Tensor GlaModelImpl::forward(const torch::Tensor& input_ids,
-                                    const torch::Tensor& cu_seqlens) {
-  torch::Tensor h = embeddings(input_ids);  // [B, T, hidden]
-  for (const auto& layer : *layers_) h = layer->as<GlaBlock>()->forward(h, cu_seqlens);
-  return norm_(h);
-}
-
-GlaForCausalLm::GlaForCausalLm(const ModelConfig& config) {
-  model_ = register_module("model", GlaModel(config));
-  if (!config.tie_word_embeddings) {
-    lm_head_ = register_module("lm_head", MakeLinear(config.hidden_size, config.vocab_size));
-  }
-}
-
-CausalLmOutput GlaForCausalLm::Forward(const torch::Tensor& input_ids, const torch::Tensor& labels,
-                                       const torch::Tensor& cu_seqlens) {
-  const torch::Tensor hidden = model_(input_ids, cu_seqlens);  // [B, T, hidden]
-  CausalLmOutput out;
-  out.logits = lm_head_ ? lm_head_(hidden)
-                        : torch::nn::functional::linear(hidden, model_->embeddings->weight);
-  if (labels.defined()) out.loss = ShiftedCrossEntropy(out.logits, labels);
-  return out;
+std::shared_ptr<CausalLm> MakeGlaLm(const ModelConfig& config) {
+  return std::make_shared<DecoderLm>(config, [](const ModelConfig& c, int64_t /*layer_idx*/) {
+    return std::make_shared<GatedLinearAttentionImpl>(c);
+  });
 }
 
 }  // namespace flame::worker::model
