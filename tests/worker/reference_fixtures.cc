@@ -18,6 +18,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -112,6 +113,13 @@ int Main(int argc, char** argv) {
     return 2;
   }
   const std::string dir = argv[1];
+  std::error_code error;
+  std::filesystem::create_directories(dir, error);
+  if (error) {
+    std::fprintf(stderr, "flame_reference_fixtures: cannot create %s: %s\n", dir.c_str(),
+                 error.message().c_str());
+    return 1;
+  }
   torch::manual_seed(20260822);
   torch::NoGradGuard no_grad;
   bool ok = Write(Gla(), dir + "/gla.pt");
