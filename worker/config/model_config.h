@@ -1,9 +1,11 @@
 // ModelConfig: an HF-style config.json (fla's field names, so flame's configs/*.json load
 // unchanged) parsed into plain C++.
 //
-// Fields every fla family shares live in ModelConfig itself; each family adds its own options
-// struct (GlaOptions today). A family plugs in by adding its options, a parser in
-// model_config.cc's family table, and a builder in worker/model/causal_lm_factory.cc.
+// Fields every fla family shares live in ModelConfig itself; each family has its own options
+// struct (GlaOptions, TransformerOptions, RetNetOptions, DeltaNetOptions, GatedDeltaNetOptions).
+// A family plugs in with its options, a parser in model_config.cc's family table, a mixer and a
+// case in BuildCausalLm (worker/model/causal_lm.cc), and a case in TrainingFlopsPerToken
+// (worker/config/flop_count.cc; the compiler flags a missing one).
 // Keys that HF configs carry but that do not change the computation (architectures,
 // transformers_version, use_cache, the fuse_* kernel choices, ...) are accepted and ignored;
 // settings that would change the model and that we do not implement are refused by name.
