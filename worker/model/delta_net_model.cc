@@ -151,11 +151,9 @@ torch::Tensor GatedDeltaNetAttentionImpl::Mix(const torch::Tensor& x,
   q = ops::L2Norm(q.unflatten(-1, {H, options_.head_dim}), kL2NormEps);  // [B, T, H, dk]
   k = ops::L2Norm(k.unflatten(-1, {H, options_.head_dim}), kL2NormEps);  // [B, T, H, dk]
   v = v.unflatten(-1, {HV, options_.HeadVDim()});                        // [B, T, HV, dv]
-  if (HV > H) {
-    // Grouped value heads: value head i reads query/key head i / (HV / H), as fla's kernels.
-    q = q.repeat_interleave(HV / H, /*dim=*/2);  // [B, T, HV, dk]
-    k = k.repeat_interleave(HV / H, /*dim=*/2);
-  }
+  // Grouped value heads: value head i reads query/key head i / (HV / H), as fla's kernels.
+  q = RepeatKvHeads(q, HV / H);  // [B, T, HV, dk]
+  k = RepeatKvHeads(k, HV / H);
   torch::Tensor beta = torch::sigmoid(b_proj_(x));  // [B, T, HV]
   if (options_.allow_neg_eigval) beta = beta * 2.0;
   // Log decay in float32, as fla's gate kernel: g = −exp(A_log) · softplus(a + dt_bias) <= 0.

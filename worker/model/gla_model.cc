@@ -45,16 +45,7 @@ GatedLinearAttentionImpl::GatedLinearAttentionImpl(const ModelConfig& config)
 }
 
 torch::Tensor GatedLinearAttentionImpl::SplitHeads(const torch::Tensor& x, int64_t head_dim) const {
-  const int64_t groups = options_.num_heads / options_.num_kv_heads;
-  torch::Tensor heads = x.unflatten(-1, {-1, head_dim});  // [B, T, H_kv, d]
-  return groups == 1 ? heads : heads.repeat_interleave(groups, /*dim=*/2);
-}
-
-torch::Tensor GatedLinearAttentionImpl::FeatureMap(const torch::Tensor& x) const {
-  if (options_.feature_map == "relu") return torch::relu(x);
-  if (options_.feature_map == "swish") return Swish(x);
-  if (options_.feature_map == "sigmoid") return torch::sigmoid(x);
-  return x;
+  return RepeatKvHeads(x.unflatten(-1, {-1, head_dim}), options_.num_heads / options_.num_kv_heads);
 }
 
 torch::Tensor GatedLinearAttentionImpl::Mix(const torch::Tensor& x,
@@ -65,9 +56,10 @@ torch::Tensor GatedLinearAttentionImpl::Mix(const torch::Tensor& x,
     k = k_conv1d_(k, cu_seqlens);
     v = v_conv1d_(v, cu_seqlens);
   }
-  q = FeatureMap(q.unflatten(-1, {options_.num_heads, head_k_dim_}));  // [B, T, H, dk]
-  k = FeatureMap(SplitHeads(k, head_k_dim_));                          // [B, T, H, dk]
-  v = SplitHeads(v, head_v_dim_);                                      // [B, T, H, dv]
+  q = ApplyFeatureMap(q.unflatten(-1, {options_.num_heads, head_k_dim_}),
+                      options_.feature_map);                              // [B, T, H, dk]
+  k = ApplyFeatureMap(SplitHeads(k, head_k_dim_), options_.feature_map);  // [B, T, H, dk]
+  v = SplitHeads(v, head_v_dim_);                                         // [B, T, H, dv]
   // Per-channel log decay in (-inf, 0], softened by fla's fixed gate_logit_normalizer (16).
   torch::Tensor gk = torch::log_sigmoid(SplitHeads(gk_proj_->forward(x), head_k_dim_)) /
                      static_cast<double>(options_.gate_logit_normalizer);  // [B, T, H, dk]

@@ -26,7 +26,6 @@ class GatedLinearAttentionImpl : public SequenceMixer {
   // [B, T, H_kv * d] -> [B, T, H, d]: each key/value head serves num_heads / num_kv_heads query
   // heads, repeated in place like fla's einops repeat.
   torch::Tensor SplitHeads(const torch::Tensor& x, int64_t head_dim) const;
-  torch::Tensor FeatureMap(const torch::Tensor& x) const;
 
   GlaOptions options_;
   int64_t head_k_dim_, head_v_dim_;

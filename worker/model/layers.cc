@@ -81,4 +81,15 @@ torch::Tensor ShortConvolutionImpl::forward(const torch::Tensor& x,
   return torch::cat(parts, 1);
 }
 
+torch::Tensor RepeatKvHeads(const torch::Tensor& x, int64_t groups) {
+  return groups == 1 ? x : x.repeat_interleave(groups, /*dim=*/2);
+}
+
+torch::Tensor ApplyFeatureMap(const torch::Tensor& x, const std::string& name) {
+  if (name == "relu") return torch::relu(x);
+  if (name == "swish" || name == "silu") return Swish(x);
+  if (name == "sigmoid") return torch::sigmoid(x);
+  return x;
+}
+
 }  // namespace flame::worker::model

@@ -11,6 +11,8 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include <string>
+
 namespace flame::worker::model {
 
 class RmsNormImpl : public torch::nn::Module {
@@ -71,6 +73,14 @@ TORCH_MODULE(ShortConvolution);
 
 // x ⊙ sigmoid(x)
 torch::Tensor Swish(const torch::Tensor& x);
+
+// [B, T, H_kv, d] -> [B, T, H_kv · groups, d]: each key/value head serves `groups` consecutive
+// query heads (fla's einops repeat '... h d -> ... (h g) d').
+torch::Tensor RepeatKvHeads(const torch::Tensor& x, int64_t groups);
+
+// fla's layer feature maps by name: "" (none), relu, swish or silu, sigmoid. Each family's config
+// parser decides which names it accepts.
+torch::Tensor ApplyFeatureMap(const torch::Tensor& x, const std::string& name);
 
 // Linear without bias (the projections of every fla layer).
 torch::nn::Linear MakeLinear(int64_t in, int64_t out, bool bias = false);

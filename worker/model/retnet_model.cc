@@ -33,29 +33,21 @@ MultiScaleRetentionImpl::MultiScaleRetentionImpl(const ModelConfig& config)
 }
 
 torch::Tensor MultiScaleRetentionImpl::SplitHeads(const torch::Tensor& x, int64_t head_dim) const {
-  const int64_t groups = options_.num_heads / options_.num_kv_heads;
-  torch::Tensor heads = x.unflatten(-1, {-1, head_dim});  // [B, T, H_kv, d]
-  return groups == 1 ? heads : heads.repeat_interleave(groups, /*dim=*/2);
-}
-
-torch::Tensor MultiScaleRetentionImpl::FeatureMap(const torch::Tensor& x) const {
-  if (options_.feature_map == "relu") return torch::relu(x);
-  if (options_.feature_map == "swish" || options_.feature_map == "silu") return Swish(x);
-  if (options_.feature_map == "sigmoid") return torch::sigmoid(x);
-  return x;
+  return RepeatKvHeads(x.unflatten(-1, {-1, head_dim}), options_.num_heads / options_.num_kv_heads);
 }
 
 torch::Tensor MultiScaleRetentionImpl::Mix(const torch::Tensor& x,
                                            const torch::Tensor& cu_seqlens) {
-  torch::Tensor q = FeatureMap(q_proj_(x).unflatten(-1, {-1, head_k_dim_}));  // [B, T, H, dk]
-  torch::Tensor k = FeatureMap(k_proj_(x).unflatten(-1, {-1, head_k_dim_}));  // [B, T, H_kv, dk]
+  torch::Tensor q = ApplyFeatureMap(q_proj_(x).unflatten(-1, {-1, head_k_dim_}),
+                                    options_.feature_map);  // [B, T, H, dk]
+  torch::Tensor k = ApplyFeatureMap(k_proj_(x).unflatten(-1, {-1, head_k_dim_}),
+                                    options_.feature_map);  // [B, T, H_kv, dk]
   // fla's RotaryEmbedding(dim=dk) keeps its default base; it rotates k before the head repeat.
   const ops::RotaryOptions rotary;
   q = ops::Rotary(q, rotary, cu_seqlens);
   k = ops::Rotary(k, rotary, cu_seqlens);
-  const int64_t groups = options_.num_heads / options_.num_kv_heads;
-  if (groups > 1) k = k.repeat_interleave(groups, /*dim=*/2);   // [B, T, H, dk]
-  const torch::Tensor v = SplitHeads(v_proj_(x), head_v_dim_);  // [B, T, H, dv]
+  k = RepeatKvHeads(k, options_.num_heads / options_.num_kv_heads);  // [B, T, H, dk]
+  const torch::Tensor v = SplitHeads(v_proj_(x), head_v_dim_);       // [B, T, H, dv]
 
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_k_dim_));
   torch::Tensor o = ops::ChunkRetention(q, k, v, scale, /*initial_state=*/{},

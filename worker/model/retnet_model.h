@@ -31,7 +31,6 @@ class MultiScaleRetentionImpl : public SequenceMixer {
   // [B, T, H_kv · d] -> [B, T, H, d]: each key/value head serves num_heads / num_kv_heads query
   // heads, repeated in place (fla's einops repeat '... h d -> ... (h g) d').
   torch::Tensor SplitHeads(const torch::Tensor& x, int64_t head_dim) const;
-  torch::Tensor FeatureMap(const torch::Tensor& x) const;
 
   RetNetOptions options_;
   int64_t head_k_dim_, head_v_dim_;
