@@ -1,14 +1,17 @@
-// GPU execution of the chunked delta-rule steps (chunk_delta_pipeline.h): one kernel per step,
-// one thread per unit. Included only by kernels/delta_rule/chunk_delta_rule.cu, which serves both
-// ops through chunk_delta_launch.h; StepKernel is instantiated once per step type (16 small
-// kernels; the gated flag is a runtime value).
+// GPU run of the chunked delta rule: the order of the kernels, shared by chunk_delta_rule and
+// chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
+// chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
+// chunk_delta_tiles.cuh and chunk_delta_state_pass.cuh. Included only by kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
-#include "kernels/delta_rule/chunk_delta_pipeline.h"
+#include "kernels/delta_rule/chunk_delta_backward_steps.h"
+#include "kernels/delta_rule/chunk_delta_steps.h"
+#include "kernels/delta_rule/chunk_delta_state_pass.cuh"
+#include "kernels/delta_rule/chunk_delta_tiles.cuh"
 
 namespace flame::kernels::delta_chunk {
 
@@ -20,17 +23,126 @@ __global__ void __launch_bounds__(kStepThreads) StepKernel(Step step) {
   if (unit < step.Units()) step(unit);
 }
 
-struct DeviceExec {
-  cudaStream_t stream;
+template <typename Step>
+cudaError_t RunStep(const Step& step, cudaStream_t stream) {
+  const int64_t units = step.Units();
+  if (units == 0) return cudaSuccess;
+  const int64_t blocks = (units + kStepThreads - 1) / kStepThreads;
+  StepKernel<Step><<<static_cast<unsigned>(blocks), kStepThreads, 0, stream>>>(step);
+  return cudaGetLastError();
+}
 
-  template <typename Step>
-  cudaError_t operator()(const Step& step) const {
-    const int64_t units = step.Units();
-    if (units == 0) return cudaSuccess;
-    const int64_t blocks = (units + kStepThreads - 1) / kStepThreads;
-    StepKernel<Step><<<static_cast<unsigned>(blocks), kStepThreads, 0, stream>>>(step);
-    return cudaGetLastError();
+// Raises the kernel's dynamic shared-memory limit (needed above 48 KB) and launches it.
+inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, const StepBase& base,
+                            cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(smem));
+  if (err != cudaSuccess) return err;
+  kernel<<<grid, tiles::kThreads, smem, stream>>>(base);
+  return cudaGetLastError();
+}
+
+inline bool Aligned(const void* ptr, size_t bytes) {
+  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
+}
+
+// The kernels move q, k, v, d_o and o in 4- and 16-byte pieces.
+inline bool Vectorisable(const TensorStrides& s) {
+  return s.batch % 8 == 0 && s.token % 8 == 0 && s.head % 8 == 0;
+}
+
+inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward) {
+  const bool shapes =
+      p.heads > 0 && p.k_dim > 0 && p.k_dim <= kMaxK && p.k_dim % kBT == 0 && p.v_dim > 0 &&
+      p.v_dim % kBT == 0 && p.seq_len > 0 &&
+      (p.cu_seqlens == nullptr
+           ? p.batch > 0
+           : p.batch == 1 && p.num_seqs > 0 && p.chunk_offsets != nullptr && p.total_chunks > 0);
+  const bool gate = !gated || (p.a != nullptr &&
+                               (!p.gate_in_kernel || (p.A_log != nullptr && p.dt_bias != nullptr)));
+  const bool inputs = p.q && p.k && p.v && p.beta && Aligned(p.q, 16) && Aligned(p.k, 16) &&
+                      Aligned(p.v, 16) && Vectorisable(p.qk_strides) &&
+                      Vectorisable(p.v_strides) && p.workspace && Aligned(p.workspace, 256);
+  const bool outputs = backward ? p.d_o && Aligned(p.d_o, 16) && p.dq && p.dk && p.dv &&
+                                      p.dbeta && (!gated || p.da)
+                                : p.o != nullptr && Aligned(p.o, 16);
+  return shapes && gate && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;
+}
+
+// Bytes of params.workspace the forward (backward = false) or backward needs.
+inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
+  return CarveScratch(params, backward, nullptr, nullptr);
+}
+
+// The params and scratch every kernel sees: sequence and chunk counts filled in.
+inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool backward) {
+  StepBase base{params, Scratch{}, gated};
+  base.p.num_seqs = NumSeqs(params);
+  base.p.total_chunks = TotalChunks(params);
+  CarveScratch(base.p, backward, params.workspace, &base.s);
+  return base;
+}
+
+// Forward up to the per-chunk states and new values; with `output`, also o.
+inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_t stream) {
+  const ChunkDeltaParams& p = b.p;
+  const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
+  cudaError_t err = cudaSuccess;
+  const int64_t row_units = TokenRows(p) * p.heads;
+  if ((err = RunTiles(tiles::PrepareRowsKernel,
+                      dim3(static_cast<unsigned>((row_units + tiles::kWarps - 1) / tiles::kWarps)),
+                      0, b, stream)) != cudaSuccess) {
+    return err;
   }
-};
+  if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess) return err;
+  if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(), b, stream)) !=
+      cudaSuccess) {
+    return err;
+  }
+  if ((err = RunTiles(tiles::StateForwardKernel, seqs, tiles::StateForwardSmem(p.k_dim), b,
+                      stream)) != cudaSuccess) {
+    return err;
+  }
+  if (!output) return cudaSuccess;
+  return RunTiles(tiles::OutputKernel, dim3(p.total_chunks, p.heads, p.v_dim / kBT),
+                  tiles::OutputSmem(), b, stream);
+}
+
+inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
+  if (cudaError_t err = Validate(params, gated, false); err != cudaSuccess) return err;
+  return RunForwardKernels(MakeStepBase(params, gated, false), true, stream);
+}
+
+// Recomputes the forward scratch (without o and the final state), then the gradients.
+inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
+  if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
+  const StepBase b = MakeStepBase(params, gated, true);
+  StepBase recompute = b;
+  recompute.p.final_state = nullptr;
+  cudaError_t err = RunForwardKernels(recompute, false, stream);
+  if (err != cudaSuccess) return err;
+  const ChunkDeltaParams& p = b.p;
+  const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
+  if ((err = RunTiles(tiles::StateBackwardKernel, seqs, tiles::StateBackwardSmem(p.k_dim), b,
+                      stream)) != cudaSuccess) {
+    return err;
+  }
+  if ((err = RunTiles(tiles::RowTermsKernel, chunks, tiles::RowTermsSmem(), b, stream)) !=
+      cudaSuccess) {
+    return err;
+  }
+  if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
+      cudaSuccess) {
+    return err;
+  }
+  if ((err = RunTiles(tiles::RowGradsKernel, chunks, tiles::RowGradsSmem(), b, stream)) !=
+      cudaSuccess) {
+    return err;
+  }
+  if ((err = RunTiles(tiles::FinishRowsKernel, chunks, 0, b, stream)) != cudaSuccess) return err;
+  if (!gated) return cudaSuccess;
+  if ((err = RunStep(GateGrads{b}, stream)) != cudaSuccess) return err;
+  return p.gate_in_kernel ? RunStep(HeadGrads{b}, stream) : cudaSuccess;
+}
 
 }  // namespace flame::kernels::delta_chunk

@@ -1,4 +1,4 @@
-// Internal to the delta-rule families: the GPU run of the chunked steps, compiled once in
+// Internal to the delta-rule families: the GPU run of the chunked kernels, compiled once in
 // chunk_delta_rule.cu and shared by both launchers (the gated flag is a runtime value, so the
 // gated op adds no kernel instantiations).
 #pragma once

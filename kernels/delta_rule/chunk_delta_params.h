@@ -20,7 +20,7 @@
 namespace flame::kernels {
 
 constexpr int kDeltaChunkSize = 64;  // chunk length; ChunkOffsets() uses the same 64
-constexpr int kDeltaMaxKDim = 256;   // K <= 256 (per-thread state columns)
+constexpr int kDeltaMaxKDim = 256;   // K <= 256 (the state passes keep K x 64 fp32 on chip)
 
 struct ChunkDeltaParams {
   // --- sizes ---

@@ -1,4 +1,4 @@
-// chunk_delta_rule launchers, and the GPU run of the delta-rule steps that
+// chunk_delta_rule launchers, and the GPU run of the delta-rule kernels that
 // chunk_gated_delta_rule shares (chunk_delta_launch.h).
 #include "kernels/delta_rule/chunk_delta.cuh"
 #include "kernels/delta_rule/chunk_delta_launch.h"
@@ -12,13 +12,11 @@ size_t DeviceWorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
 }
 
 cudaError_t DeviceForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
-  DeviceExec exec{stream};
-  return RunForward(params, gated, exec);
+  return RunForward(params, gated, stream);
 }
 
 cudaError_t DeviceBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
-  DeviceExec exec{stream};
-  return RunBackward(params, gated, exec);
+  return RunBackward(params, gated, stream);
 }
 
 }  // namespace delta_chunk

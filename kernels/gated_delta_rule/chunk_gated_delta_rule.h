@@ -9,8 +9,9 @@
 // Without gate_in_kernel, params.a is the log decay g itself. The backward writes dq, dk, dv,
 // dbeta (db), da, and with the in-kernel gate dA_log and ddt_bias (sums over all tokens).
 // Chunk 64, WY representation with the triangular inverse, fp32 state and scratch.
-// Status: correctness-first scalar kernels; the algorithm is checked on the CPU
-// (delta_chunk_steps_test), the GPU run by chunk_gated_delta_rule_test.
+// K and V multiples of 64 (K <= 256); v, d_o and o 16-byte aligned with strides that are
+// multiples of 8. Chunk products on tensor cores in TF32 (chunk_delta_tiles.cuh); checked
+// against the fp32 naive recurrence by chunk_gated_delta_rule_test.
 #pragma once
 
 #include <cuda_runtime.h>

@@ -5,8 +5,8 @@
 //
 // Timing: CUDA events around each repetition, median. 5 warm-ups and 20 repetitions, fewer for a
 // slow case: the repetitions are cut so that one measurement takes about FLAME_BENCH_BUDGET_MS
-// (default 1500; at least 3 repetitions), because the delta-rule kernels are still the scalar
-// correctness-first ones and take up to hundreds of milliseconds per call.
+// (default 1500; at least 3 repetitions), so that a slow kernel under development cannot stall
+// the whole run.
 // Inputs follow fla's own benchmarks: bf16 N(0,1) q, k, v, dO; GLA gates logsigmoid(N(0,1))
 // (clamped at -5 for chunk_gla); delta rule: q and k L2-normalised per row, beta = sigmoid(N(0,1)),
 // and for the gated op a per-head log decay g = logsigmoid(N(0,1)), passed as g itself (no

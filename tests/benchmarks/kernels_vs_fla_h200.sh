@@ -2,7 +2,8 @@
 # The GPU-host run of the chunk attention kernels against fla, in one go and inside a time budget:
 #   1. starts fla's compile warm-up workers (kernels_vs_fla.py warm-all), which run beside 2-3;
 #   2. builds kernels/ standalone and the chunk tests and benchmark;
-#   3. runs the GLA and delta-rule GPU tests (outputs and gradients vs the fp32 recurrence);
+#   3. runs the GLA and delta-rule GPU tests (outputs and gradients vs the fp32 recurrence), and
+#      compute-sanitizer memcheck and racecheck on the delta-rule kernels (SANITIZE=0 skips);
 #   4. times ours, SDPA and fla side by side (kernels_vs_fla.py run) and prints the table.
 # Run from a folder holding kernels/ and tests/ (the repository root, or a copy of those); logs
 # go to $OUT. SRC_DIRS lists such folders to try in turn: the first that builds is measured.
@@ -59,6 +60,23 @@ for t in $tests; do
   echo
 done
 echo "$(elapsed) tests done (status $status)"
+
+# compute-sanitizer on the delta-rule kernels (memcheck over every gated case, racecheck over a
+# fixed-length and a varlen case); the GPU is free while fla's warm-up workers compile.
+if [ "${SANITIZE:-1}" = 1 ]; then
+  san() {
+    local tool=$1 test=$2 filter=$3
+    timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/kernels/$test" \
+      --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
+    local rc=$?
+    echo "compute-sanitizer $tool $test ($filter): rc=$rc;" \
+      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
+    [ $rc = 0 ] || status=1
+  }
+  san memcheck chunk_gated_delta_rule_test '*'
+  san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*'
+  echo "$(elapsed) sanitizers done (status $status)"
+fi
 
 PYTHONUNBUFFERED=1 python3 "$bench_py" run --binary "$BUILD/chunk_attention_benchmark" \
   --state-dir "$STATE" --deadline $((start + BUDGET - 20)) > "$OUT/kernels_vs_fla.log" 2>&1

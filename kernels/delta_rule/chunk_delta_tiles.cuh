@@ -1,0 +1,616 @@
+// The tensor-core kernels of the chunked delta rule: every product of the chunk form (see
+// chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, multiplied in TF32
+// with fp32 accumulation. Operands are the fp32 scratch of chunk_delta_steps.h, so the precision
+// is that of the fp32 reference up to TF32 rounding of the factors.
+//
+// Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
+// dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256):
+//   PrepareRowsKernel     (rows * H / 8)       qn, kn (l2norm), beta (sigmoid), g (in-kernel gate)
+//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U
+//   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
+//                                              (chunk_delta_state_pass.cuh)
+//   OutputKernel          (chunks, H, V/64)    o
+//   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
+//   RowTermsKernel        (chunks, H)          dW, dKd, SdO, dM
+//   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T)
+//   RowGradsKernel        (chunks, H)          gradients of the normalised q and k, dG, db
+//   FinishRowsKernel      (chunks, H)          dq, dk (l2norm backward), dv, dbeta
+// Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/mma_tile.cuh"
+#include "kernels/delta_rule/chunk_delta_steps.h"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank conflicts
+constexpr int kTile = kBT * kLd;   // floats in one 64 x 64 tile
+static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
+
+// C (+)= A B for 64 x 64 tiles; kAT / kBTr: the operand is the transpose of the stored tile.
+template <bool kAT, bool kBTr>
+__device__ __forceinline__ void Mma(float* c, const float* a, const float* b, bool accumulate) {
+  tile::MmaTf32Tile64<!kAT, !kBTr>(kBT, a, kLd, b, kLd, c, kLd, accumulate);
+}
+
+struct One {
+  __device__ float operator()(int) const { return 1.0f; }
+};
+
+// ----------------------------------------------------------------------------------------------
+// Tile moves between global memory and shared memory (float4 / 16-byte accesses; the launcher
+// checks the alignment of the bf16 tensors, the scratch is 256-byte aligned).
+
+template <typename T>
+__device__ inline T* TokPtr(T* base, const ChunkDeltaParams& p, const Chunk& c, int r, int h,
+                            int dim) {
+  return base + ((c.row + r) * p.heads + h) * dim;
+}
+
+// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor, columns [col0, col0 + 64).
+template <typename RowScale>
+__device__ inline void LoadTok(float* dst, const float* src, const ChunkDeltaParams& p,
+                               const Chunk& c, int h, int dim, int col0, RowScale scale) {
+  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
+    const int r = idx / 16, c4 = idx % 16;
+    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < c.rows) {
+      v = *reinterpret_cast<const float4*>(TokPtr(src, p, c, r, h, dim) + col0 + c4 * 4);
+      const float f = scale(r);
+      v.x *= f, v.y *= f, v.z *= f, v.w *= f;
+    }
+    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = v;
+  }
+}
+
+__device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaParams& p,
+                                const Chunk& c, int h, int dim, int col0, float scale = 1.0f) {
+  for (int idx = threadIdx.x; idx < c.rows * 16; idx += kThreads) {
+    const int r = idx / 16, c4 = idx % 16;
+    float4 v = *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+    v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
+    *reinterpret_cast<float4*>(TokPtr(dst, p, c, r, h, dim) + col0 + c4 * 4) = v;
+  }
+}
+
+// dst(r, :) = scale(r) * rows of a [B,T,H,D] bf16 tensor (v or d_o), columns [col0, col0 + 64).
+template <typename RowScale>
+__device__ inline void LoadIn(float* dst, const __nv_bfloat16* src, const TensorStrides& st,
+                              const Chunk& c, int h, int col0, RowScale scale) {
+  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    float out[8] = {};
+    if (r < c.rows) {
+      const uint4 raw =
+          *reinterpret_cast<const uint4*>(src + In(st, c.batch, c.t0 + r, h) + col0 + c8 * 8);
+      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+      const float f = scale(r);
+#pragma unroll
+      for (int q = 0; q < 4; ++q) {
+        const float2 x = __bfloat1622float2(pairs[q]);
+        out[2 * q] = x.x * f, out[2 * q + 1] = x.y * f;
+      }
+    }
+    float4* d = reinterpret_cast<float4*>(dst + r * kLd + c8 * 8);
+    d[0] = make_float4(out[0], out[1], out[2], out[3]);
+    d[1] = make_float4(out[4], out[5], out[6], out[7]);
+  }
+}
+
+// Rows of the chunk of a [B,T,H,D] bf16 output, columns [col0, col0 + 64) = scale * src.
+__device__ inline void StoreOut(__nv_bfloat16* dst, const TensorStrides& st, const float* src,
+                                const Chunk& c, int h, int col0, float scale) {
+  for (int idx = threadIdx.x; idx < c.rows * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    const float* x = src + r * kLd + c8 * 8;
+    uint4 raw;
+    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int q = 0; q < 4; ++q) pairs[q] = __floats2bfloat162_rn(x[2 * q] * scale, x[2 * q + 1] * scale);
+    *reinterpret_cast<uint4*>(dst + In(st, c.batch, c.t0 + r, h) + col0 + c8 * 8) = raw;
+  }
+}
+
+// A 64 x 64 chunk matrix (leading dimension 64 in scratch), scaled.
+__device__ inline void LoadMat(float* dst, const float* src, float scale = 1.0f) {
+  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
+    const int r = idx / 16, c4 = idx % 16;
+    float4 v = *reinterpret_cast<const float4*>(src + r * kBT + c4 * 4);
+    v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
+    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = v;
+  }
+}
+
+__device__ inline void StoreMat(float* dst, const float* src) {
+  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
+    const int r = idx / 16, c4 = idx % 16;
+    *reinterpret_cast<float4*>(dst + r * kBT + c4 * 4) =
+        *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+  }
+}
+
+// Rows [0, rows) x columns [v0, v0 + 64) of a K x V state in global memory <-> shared memory.
+__device__ inline void LoadState(float* dst, const float* src, int rows, int v_dim, int v0) {
+  for (int idx = threadIdx.x; idx < rows * 16; idx += kThreads) {
+    const int r = idx / 16, c4 = idx % 16;
+    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) =
+        src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
+            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+}
+
+__device__ inline void StoreState(float* dst, const float* src, int rows, int v_dim, int v0) {
+  for (int idx = threadIdx.x; idx < rows * 16; idx += kThreads) {
+    const int r = idx / 16, c4 = idx % 16;
+    *reinterpret_cast<float4*>(dst + int64_t{r} * v_dim + v0 + c4 * 4) =
+        *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+  }
+}
+
+__device__ inline void ScaleRows(float* x, int rows, float f) {
+  for (int idx = threadIdx.x; idx < rows * kBT; idx += kThreads) x[idx / kBT * kLd + idx % kBT] *= f;
+}
+
+// G and beta of the chunk's rows; rows past the end repeat the last G and have beta 0.
+__device__ inline void LoadRowScalars(float* G, float* beta, const StepBase& b, const Chunk& c,
+                                      int h) {
+  for (int r = threadIdx.x; r < kBT; r += kThreads) {
+    const int64_t x = (c.row + (r < c.rows ? r : c.rows - 1)) * b.p.heads + h;
+    G[r] = b.s.G[x];
+    if (beta != nullptr) beta[r] = r < c.rows ? b.s.bt[x] : 0.0f;
+  }
+}
+
+// T = (I + A)^-1 for strictly lower A (both tiles), by forward substitution down each column:
+// T_ij = -sum_{j <= m < i} A_im T_mj needs only column j of T, so the columns are independent
+// and no block barrier is needed between rows. Four lanes of a warp share a column j, lane
+// `part` holding T_mj for m = part, part + 4, ... in registers (zero above the diagonal); every
+// lane reads row i of A (a broadcast within the warp). Rows with A = 0 (past the chunk's end)
+// stay unit rows. Writes T; ends synchronised.
+__device__ inline void InvertUnitLower(float* T, const float* A) {
+  const int lane = threadIdx.x % 32, j = threadIdx.x / 32 * 8 + lane / 4, part = lane % 4;
+  float col[kBT / 4];
+#pragma unroll
+  for (int t = 0; t < kBT / 4; ++t) col[t] = part + 4 * t == j ? 1.0f : 0.0f;
+#pragma unroll
+  for (int i = 1; i < kBT; ++i) {
+    float acc = 0.0f;
+#pragma unroll
+    for (int t = 0; 4 * t < i; ++t) {
+      if (part + 4 * t < i) acc += A[i * kLd + part + 4 * t] * col[t];
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    if (j < i && part == i % 4) col[i / 4] = -acc;
+  }
+#pragma unroll
+  for (int t = 0; t < kBT / 4; ++t) T[(part + 4 * t) * kLd + j] = col[t];
+  __syncthreads();
+}
+
+// ----------------------------------------------------------------------------------------------
+// Forward
+
+// One warp per (token row, head): qn, kn (q and k, l2-normalised with qk_l2norm), beta (through
+// the sigmoid with beta_sigmoid) and the log decay g (0 ungated; fla's in-kernel gate with
+// gate_in_kernel). Each lane holds two adjacent columns of every 64-wide slice.
+__global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
+  const ChunkDeltaParams& p = b.p;
+  const int64_t unit = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
+  if (unit >= TokenRows(p) * p.heads) return;
+  const int lane = threadIdx.x % 32, h = static_cast<int>(unit % p.heads);
+  const int64_t r = unit / p.heads;
+  const int bt = static_cast<int>(r / p.seq_len), t = static_cast<int>(r % p.seq_len);
+  const int64_t in = In(p.qk_strides, bt, t, h), out = Tok(p, r, h, p.k_dim);
+  constexpr int kSlices = kMaxK / 64;
+  float2 q[kSlices], k[kSlices];
+  float ss_q = 0.0f, ss_k = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+    const int e = s * 64 + lane * 2;
+    q[s] = k[s] = make_float2(0.0f, 0.0f);
+    if (e < p.k_dim) {
+      q[s] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.q + in + e));
+      k[s] = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(p.k + in + e));
+    }
+    ss_q += q[s].x * q[s].x + q[s].y * q[s].y;
+    ss_k += k[s].x * k[s].x + k[s].y * k[s].y;
+  }
+  float rq = 1.0f, rk = 1.0f;
+  if (p.qk_l2norm) {
+    for (int off = 16; off > 0; off /= 2) {
+      ss_q += __shfl_xor_sync(0xffffffffu, ss_q, off);
+      ss_k += __shfl_xor_sync(0xffffffffu, ss_k, off);
+    }
+    rq = 1.0f / sqrtf(ss_q + kL2NormEps);
+    rk = 1.0f / sqrtf(ss_k + kL2NormEps);
+  }
+#pragma unroll
+  for (int s = 0; s < kSlices; ++s) {
+    const int e = s * 64 + lane * 2;
+    if (e < p.k_dim) {
+      *reinterpret_cast<float2*>(b.s.qn + out + e) = make_float2(q[s].x * rq, q[s].y * rq);
+      *reinterpret_cast<float2*>(b.s.kn + out + e) = make_float2(k[s].x * rk, k[s].y * rk);
+    }
+  }
+  if (lane == 0) {
+    const int64_t si = In(p.scalar_strides, bt, t, h);
+    b.s.bt[unit] = p.beta_sigmoid ? Sigmoid(p.beta[si]) : p.beta[si];
+    float g = 0.0f;
+    if (b.gated) {
+      g = p.gate_in_kernel ? -expf(p.A_log[h]) * Softplus(p.a[si] + p.dt_bias[h]) : p.a[si];
+    }
+    b.s.g[unit] = g;
+  }
+}
+
+// Per chunk: QK = Q K^T and KK = K K^T over K; M = tril(QK * D) (stored); A = strict_tril(diag(beta)
+// KK * D); T = (I + A)^-1 (stored); W = T diag(beta gamma) K; U = T diag(beta) V.
+__global__ void __launch_bounds__(kThreads) ChunkPrepareKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* QK = reinterpret_cast<float*>(smem4);
+  float* T = QK;  // QK is dead once M is written (four tiles: three blocks per multiprocessor)
+  float* KK = QK + kTile;
+  float* x = KK + kTile;
+  float* y = x + kTile;
+  float* G = y + kTile;
+  float* beta = G + kBT;
+  const ChunkDeltaParams& p = b.p;
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const Chunk c = LocateChunk(p, chunk);
+  LoadRowScalars(G, beta, b, c, h);
+  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
+    LoadTok(x, b.s.qn, p, c, h, p.k_dim, k0, One{});
+    LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, One{});
+    __syncthreads();
+    Mma<false, true>(QK, x, y, k0 > 0);
+    Mma<false, true>(KK, y, y, k0 > 0);
+    __syncthreads();
+  }
+  float* M = b.s.M + Mat(p, chunk, h);
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT;
+    const float D = i < c.rows && j <= i ? expf(G[i] - G[j]) : 0.0f;
+    M[e] = QK[i * kLd + j] * D;
+    KK[i * kLd + j] = j < i ? beta[i] * KK[i * kLd + j] * D : 0.0f;  // A
+  }
+  __syncthreads();
+  InvertUnitLower(T, KK);
+  StoreMat(b.s.T + Mat(p, chunk, h), T);
+  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
+    LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
+    __syncthreads();
+    Mma<false, false>(x, T, y, false);
+    __syncthreads();
+    StoreTok(b.s.W, x, p, c, h, p.k_dim, k0);
+  }
+  for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
+    LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
+    __syncthreads();
+    Mma<false, false>(x, T, y, false);
+    __syncthreads();
+    StoreTok(b.s.U, x, p, c, h, p.v_dim, v0);
+  }
+}
+
+inline size_t ChunkPrepareSmem() { return (4 * kTile + 2 * kBT) * sizeof(float); }
+
+// Per (chunk, head, V slice): o = scale [diag(gamma) Q S + M Ut].
+__global__ void __launch_bounds__(kThreads) OutputKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* q = reinterpret_cast<float*>(smem4);
+  float* s = q + kTile;
+  float* acc = s + kTile;
+  float* G = acc + kTile;
+  const ChunkDeltaParams& p = b.p;
+  const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
+  const Chunk c = LocateChunk(p, chunk);
+  LoadRowScalars(G, nullptr, b, c, h);
+  __syncthreads();
+  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
+    LoadTok(q, b.s.qn, p, c, h, p.k_dim, k0, [&](int r) { return p.scale * expf(G[r]); });
+    LoadState(s, b.s.S + State(p, chunk, h) + int64_t{k0} * p.v_dim, kBT, p.v_dim, v0);
+    __syncthreads();
+    Mma<false, false>(acc, q, s, k0 > 0);
+    __syncthreads();
+  }
+  LoadMat(q, b.s.M + Mat(p, chunk, h), p.scale);
+  LoadTok(s, b.s.Ut, p, c, h, p.v_dim, v0, One{});
+  __syncthreads();
+  Mma<false, false>(acc, q, s, true);
+  __syncthreads();
+  StoreOut(p.o, p.v_strides, acc, c, h, v0, 1.0f);
+}
+
+inline size_t OutputSmem() { return (3 * kTile + kBT) * sizeof(float); }
+
+// ----------------------------------------------------------------------------------------------
+// Backward
+
+// Per (chunk, head), with S and dS' the chunk's entering state and leaving-state gradient:
+//   dW = -dUt S^T,  dKd = Ut dS'^T,  SdO = dO S^T  (64 x K),  dM = scale tril(dO Ut^T),
+//   and <S, dS'> (RowGrads' last row).
+__global__ void __launch_bounds__(kThreads) RowTermsKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* s = reinterpret_cast<float*>(smem4);
+  float* ds = s + kTile;
+  float* dut = ds + kTile;
+  float* ut = dut + kTile;
+  float* d_o = ut + kTile;
+  float* dw = d_o + kTile;
+  float* dkd = dw + kTile;
+  float* sdo = dkd + kTile;
+  float* dm = sdo + kTile;
+  const ChunkDeltaParams& p = b.p;
+  const int K = p.k_dim, V = p.v_dim;
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const Chunk c = LocateChunk(p, chunk);
+  const float* S = b.s.S + State(p, chunk, h);
+  const float* dS = b.s.dS + State(p, chunk, h);
+  float state_dot = 0.0f;
+  for (int k0 = 0; k0 < K; k0 += kBT) {
+    for (int v0 = 0; v0 < V; v0 += kBT) {
+      LoadState(s, S + int64_t{k0} * V, kBT, V, v0);
+      LoadState(ds, dS + int64_t{k0} * V, kBT, V, v0);
+      LoadTok(dut, b.s.dUt, p, c, h, V, v0, One{});
+      LoadTok(ut, b.s.Ut, p, c, h, V, v0, One{});
+      LoadIn(d_o, p.d_o, p.v_strides, c, h, v0, One{});
+      __syncthreads();
+      Mma<false, true>(dw, dut, s, v0 > 0);
+      Mma<false, true>(dkd, ut, ds, v0 > 0);
+      Mma<false, true>(sdo, d_o, s, v0 > 0);
+      if (k0 == 0) Mma<false, true>(dm, d_o, ut, v0 > 0);
+      for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+        state_dot += s[e / kBT * kLd + e % kBT] * ds[e / kBT * kLd + e % kBT];
+      }
+      __syncthreads();
+    }
+    StoreTok(b.s.dW, dw, p, c, h, K, k0, -1.0f);
+    StoreTok(b.s.dKd, dkd, p, c, h, K, k0);
+    StoreTok(b.s.SdO, sdo, p, c, h, K, k0);
+  }
+  float* dM = b.s.dM + Mat(p, chunk, h);
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT;
+    dM[e] = i < c.rows && j <= i ? p.scale * dm[i * kLd + j] : 0.0f;
+  }
+  for (int off = 16; off > 0; off /= 2) state_dot += __shfl_xor_sync(0xffffffffu, state_dot, off);
+  float* warp_dots = s;  // the S tile is no longer read
+  if (threadIdx.x % 32 == 0) warp_dots[threadIdx.x / 32] = state_dot;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    float total = 0.0f;
+    for (int w = 0; w < kWarps; ++w) total += warp_dots[w];
+    b.s.state_dots[int64_t{chunk} * p.heads + h] = total;
+  }
+}
+
+inline size_t RowTermsSmem() { return 9 * kTile * sizeof(float); }
+
+// Per (chunk, head), through W = T X and U = T Y (X = diag(beta gamma) K, Y = diag(beta) V):
+//   dT = tril(dW X^T + dUt Y^T);  dX = T^T dW;  dY = T^T dUt;  dA = strict_tril(-T^T dT T^T).
+__global__ void __launch_bounds__(kThreads) WYBackwardKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* T = reinterpret_cast<float*>(smem4);
+  float* dT = T + kTile;
+  float* x = dT + kTile;
+  float* y = x + kTile;
+  float* out = y + kTile;
+  float* G = out + kTile;
+  float* beta = G + kBT;
+  const ChunkDeltaParams& p = b.p;
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const Chunk c = LocateChunk(p, chunk);
+  LoadRowScalars(G, beta, b, c, h);
+  LoadMat(T, b.s.T + Mat(p, chunk, h));
+  __syncthreads();
+  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
+    LoadTok(x, b.s.dW, p, c, h, p.k_dim, k0, One{});
+    LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
+    __syncthreads();
+    Mma<false, true>(dT, x, y, k0 > 0);
+    Mma<true, false>(out, T, x, false);
+    __syncthreads();
+    StoreTok(b.s.dX, out, p, c, h, p.k_dim, k0);
+  }
+  for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
+    LoadTok(x, b.s.dUt, p, c, h, p.v_dim, v0, One{});
+    LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
+    __syncthreads();
+    Mma<false, true>(dT, x, y, true);
+    Mma<true, false>(out, T, x, false);
+    __syncthreads();
+    StoreTok(b.s.dY, out, p, c, h, p.v_dim, v0);
+  }
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT;
+    if (!(i < c.rows && j <= i)) dT[i * kLd + j] = 0.0f;
+  }
+  __syncthreads();
+  Mma<false, true>(out, dT, T, false);  // Z = dT T^T
+  __syncthreads();
+  Mma<true, false>(x, T, out, false);  // T^T Z
+  __syncthreads();
+  float* dA = b.s.dA + Mat(p, chunk, h);
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT;
+    dA[e] = i < c.rows && j < i ? -x[i * kLd + j] : 0.0f;
+  }
+}
+
+inline size_t WYBackwardSmem() { return (5 * kTile + 2 * kBT) * sizeof(float); }
+
+// Per (chunk, head): the gradients of the normalised q and k of every row, with
+// dMD = dM * D (lower) and dAb = diag(beta) dA * D (strictly lower):
+//   dq = scale diag(gamma) SdO + dMD K
+//   dk = diag(exp(G_L - G)) dKd + diag(beta gamma) dX + dMD^T Q + dAb K + dAb^T K
+// written over SdO and dKd; and per row, with P = dMD * (Q K^T), Qm = dAb * (K K^T),
+//   dG_i = scale gamma_i q_i.SdO_i - exp(G_L-G_i) k_i.dKd_i + beta_i gamma_i k_i.dX_i
+//          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
+//          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
+//   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
+__global__ void __launch_bounds__(kThreads) RowGradsKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* dmd = reinterpret_cast<float*>(smem4);
+  float* dab = dmd + kTile;
+  float* qk = dab + kTile;
+  float* kk = qk + kTile;
+  float* q = kk + kTile;
+  float* k = q + kTile;
+  float* dq = k + kTile;
+  float* dk = dq + kTile;
+  float* dx = dk + kTile;
+  float* G = dx + kTile;
+  float* beta = G + kBT;
+  float* q_sdo = beta + kBT;  // per-row dot products over K
+  float* k_dkd = q_sdo + kBT;
+  float* k_dx = k_dkd + kBT;
+  const ChunkDeltaParams& p = b.p;
+  const int K = p.k_dim;
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const Chunk c = LocateChunk(p, chunk);
+  LoadRowScalars(G, beta, b, c, h);
+  LoadMat(dmd, b.s.dM + Mat(p, chunk, h));
+  LoadMat(dab, b.s.dA + Mat(p, chunk, h));
+  if (threadIdx.x < kBT) q_sdo[threadIdx.x] = k_dkd[threadIdx.x] = k_dx[threadIdx.x] = 0.0f;
+  __syncthreads();
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT;
+    const float D = j <= i ? expf(G[i] - G[j]) : 0.0f;
+    dmd[i * kLd + j] *= D;
+    dab[i * kLd + j] *= beta[i] * D;
+  }
+  const float G_last = G[c.rows - 1];
+  // Four threads per row, 16 columns each, for the row dot products.
+  const int row = threadIdx.x / 4, col0 = threadIdx.x % 4 * 16;
+  for (int k0 = 0; k0 < K; k0 += kBT) {
+    LoadTok(q, b.s.qn, p, c, h, K, k0, One{});
+    LoadTok(k, b.s.kn, p, c, h, K, k0, One{});
+    LoadTok(dq, b.s.SdO, p, c, h, K, k0, One{});
+    LoadTok(dk, b.s.dKd, p, c, h, K, k0, One{});
+    LoadTok(dx, b.s.dX, p, c, h, K, k0, One{});
+    __syncthreads();
+    Mma<false, true>(qk, q, k, k0 > 0);
+    Mma<false, true>(kk, k, k, k0 > 0);
+    float dots[3] = {0.0f, 0.0f, 0.0f};
+    const float gamma = expf(G[row]), kd = expf(G_last - G[row]);
+    for (int j = col0; j < col0 + 16; ++j) {
+      const int e = row * kLd + j;
+      dots[0] += q[e] * dq[e];
+      dots[1] += k[e] * dk[e];
+      dots[2] += k[e] * dx[e];
+      dq[e] *= p.scale * gamma;
+      dk[e] = kd * dk[e] + beta[row] * gamma * dx[e];
+    }
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {
+      dots[t] += __shfl_xor_sync(0xffffffffu, dots[t], 1);
+      dots[t] += __shfl_xor_sync(0xffffffffu, dots[t], 2);
+    }
+    if (threadIdx.x % 4 == 0) q_sdo[row] += dots[0], k_dkd[row] += dots[1], k_dx[row] += dots[2];
+    __syncthreads();
+    Mma<false, false>(dq, dmd, k, true);
+    Mma<true, false>(dk, dmd, q, true);
+    Mma<false, false>(dk, dab, k, true);
+    Mma<true, false>(dk, dab, k, true);
+    __syncthreads();
+    StoreTok(b.s.SdO, dq, p, c, h, K, k0);
+    StoreTok(b.s.dKd, dk, p, c, h, K, k0);
+    __syncthreads();
+  }
+  // P and Qm over qk and kk; the beta terms dA * D * KK over dmd (each element read, then written,
+  // by one thread).
+  const float* dA = b.s.dA + Mat(p, chunk, h);
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT, x = i * kLd + j;
+    const bool lower = j < i;
+    const float kk_ij = kk[x];
+    qk[x] = lower ? dmd[x] * qk[x] : 0.0f;
+    kk[x] = lower ? dab[x] * kk_ij : 0.0f;
+    dmd[x] = lower ? dA[e] * expf(G[i] - G[j]) * kk_ij : 0.0f;
+  }
+  __syncthreads();
+  if (threadIdx.x < kBT) {
+    const int i = threadIdx.x;
+    if (i < c.rows) {
+      float sums = 0.0f, db = 0.0f;
+      for (int j = 0; j < kBT; ++j) {
+        sums += qk[i * kLd + j] + kk[i * kLd + j] - qk[j * kLd + i] - kk[j * kLd + i];
+        db += dmd[i * kLd + j];
+      }
+      const float gamma = expf(G[i]);
+      float dG = p.scale * gamma * q_sdo[i] - expf(G_last - G[i]) * k_dkd[i] +
+                 beta[i] * gamma * k_dx[i] + sums;
+      if (i == c.rows - 1) {
+        dG += gamma * b.s.state_dots[int64_t{chunk} * p.heads + h];
+        for (int m = 0; m < c.rows; ++m) dG += expf(G_last - G[m]) * k_dkd[m];
+      }
+      const int64_t ri = (c.row + i) * p.heads + h;
+      b.s.dG[ri] = dG;
+      b.s.db[ri] = gamma * k_dx[i] + db;
+    }
+  }
+}
+
+inline size_t RowGradsSmem() { return (9 * kTile + 5 * kBT) * sizeof(float); }
+
+// Per (chunk, head), one warp per row: dq, dk from the gradients of the normalised rows
+// (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps) with the l2norm, else dx = dy); dv = beta dY;
+// dbeta = db + v.dY, through the sigmoid when beta comes as logits.
+__global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
+  const ChunkDeltaParams& p = b.p;
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const Chunk c = LocateChunk(p, chunk);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int K = p.k_dim, V = p.v_dim;
+  for (int i = warp; i < c.rows; i += kWarps) {
+    const int64_t ri = (c.row + i) * p.heads + h;
+    const int64_t xi = In(p.qk_strides, c.batch, c.t0 + i, h);
+    for (int which = 0; which < 2; ++which) {
+      const __nv_bfloat16* raw = which == 0 ? p.q : p.k;
+      const float* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
+      const float* dy = (which == 0 ? b.s.SdO : b.s.dKd) + ri * K;
+      __nv_bfloat16* dx = (which == 0 ? p.dq : p.dk) + xi;
+      float rstd = 1.0f, ydy = 0.0f;
+      if (p.qk_l2norm) {
+        float ss = 0.0f;
+        for (int e = lane; e < K; e += 32) {
+          const float v = __bfloat162float(raw[xi + e]);
+          ss += v * v;
+          ydy += y[e] * dy[e];
+        }
+        for (int off = 16; off > 0; off /= 2) {
+          ss += __shfl_xor_sync(0xffffffffu, ss, off);
+          ydy += __shfl_xor_sync(0xffffffffu, ydy, off);
+        }
+        rstd = rsqrtf(ss + kL2NormEps);
+      }
+      for (int e = lane; e < K; e += 32) {
+        dx[e] = __float2bfloat16(p.qk_l2norm ? rstd * (dy[e] - y[e] * ydy) : dy[e]);
+      }
+    }
+    const float beta = b.s.bt[ri];
+    const int64_t vi = In(p.v_strides, c.batch, c.t0 + i, h);
+    float vdy = 0.0f;
+    for (int e = lane; e < V; e += 32) {
+      const float dy = b.s.dY[ri * V + e];
+      vdy += __bfloat162float(p.v[vi + e]) * dy;
+      p.dv[vi + e] = __float2bfloat16(beta * dy);
+    }
+    for (int off = 16; off > 0; off /= 2) vdy += __shfl_xor_sync(0xffffffffu, vdy, off);
+    if (lane == 0) {
+      const float dbeta = b.s.db[ri] + vdy;
+      p.dbeta[In(p.scalar_strides, c.batch, c.t0 + i, h)] =
+          p.beta_sigmoid ? dbeta * beta * (1.0f - beta) : dbeta;
+    }
+  }
+}
+
+}  // namespace flame::kernels::delta_chunk::tiles
