@@ -1,6 +1,7 @@
 // The chunked delta rule (chunk 64, WY representation): its scratch, indexing and the scalar
 // "unit" steps -- functions of one unit index (a chunk, a head) with no synchronisation -- for the
-// cheap per-chunk work around the kernels of chunk_delta_tiles.cuh. chunk_delta.cuh runs each step as one kernel with one thread per unit.
+// cheap per-chunk work around the kernels of chunk_delta_tiles.cuh. chunk_delta.cuh runs each
+// step as one kernel with one thread per unit.
 //
 // Per chunk of L <= 64 rows, with G the chunk-local inclusive cumsum of the log decay g
 // (G = 0 for the ungated rule), gamma_i = exp(G_i), D_ij = exp(G_i - G_j) (<= 1 for j <= i), and

@@ -4,7 +4,7 @@
 // is that of the fp32 reference up to TF32 rounding of the factors.
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
-// dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256):
+// dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
 //   PrepareRowsKernel     (rows * H / 8)       qn, kn (l2norm), beta (sigmoid), g (in-kernel gate)
 //   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
