@@ -29,34 +29,13 @@ constexpr int kBackwardRing = 3;
 constexpr int kBV = 32;            // V columns per block
 constexpr int kLdV = kBV + 4;      // leading dimension of the 32-wide tiles (same bank pattern)
 constexpr int kTileV = kBT * kLdV;
+static_assert(kLd == kBT + 4 && kLdV == kBV + 4, "LoadState / StoreState / ScaleRows<width> pad rows by 4");
 
 // C (64 x 32, leading dimension kLdV) (+)= A B, A a 64 x 64 tile (leading dimension kLd, or its
 // transpose with kAT), B 64 x 32 (leading dimension kLdV).
 template <bool kAT>
 __device__ __forceinline__ void MmaV(float* c, const float* a, const float* b, bool accumulate) {
   tile::MmaTf32Tile64x32<!kAT, true>(kBT, a, kLd, b, kLdV, c, kLdV, accumulate);
-}
-
-// Rows [0, rows) x columns [v0, v0 + 32) of a K x V state <-> shared memory.
-__device__ inline void LoadStateV(float* dst, const float* src, int rows, int v_dim, int v0) {
-  for (int idx = threadIdx.x; idx < rows * (kBV / 4); idx += kThreads) {
-    const int r = idx / (kBV / 4), c4 = idx % (kBV / 4);
-    *reinterpret_cast<float4*>(dst + r * kLdV + c4 * 4) =
-        src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
-            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-  }
-}
-
-__device__ inline void StoreStateV(float* dst, const float* src, int rows, int v_dim, int v0) {
-  for (int idx = threadIdx.x; idx < rows * (kBV / 4); idx += kThreads) {
-    const int r = idx / (kBV / 4), c4 = idx % (kBV / 4);
-    *reinterpret_cast<float4*>(dst + int64_t{r} * v_dim + v0 + c4 * 4) =
-        *reinterpret_cast<const float4*>(src + r * kLdV + c4 * 4);
-  }
-}
-
-__device__ inline void ScaleRowsV(float* x, int rows, float f) {
-  for (int idx = threadIdx.x; idx < rows * kBV; idx += kThreads) x[idx / kBV * kLdV + idx % kBV] *= f;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -125,14 +104,6 @@ __device__ TileRing<kSlots, Issue> MakeRing(float* slots, int items, Issue issue
   return TileRing<kSlots, Issue>{slots, items, issue};
 }
 
-// G of the chunk's rows (rows past the end repeat the last), by threads 0..63.
-__device__ inline void LoadChunkG(float* G, const StepBase& b, const Chunk& c, int h) {
-  if (threadIdx.x < kBT) {
-    const int r = threadIdx.x < c.rows ? threadIdx.x : c.rows - 1;
-    G[threadIdx.x] = b.s.G[(c.row + r) * b.p.heads + h];
-  }
-}
-
 // ----------------------------------------------------------------------------------------------
 // Forward: per chunk, in order,
 //   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
@@ -159,13 +130,13 @@ __global__ void __launch_bounds__(kThreads) StateForwardKernel(StepBase b) {
     }
   });
   ring.Start();
-  LoadStateV(S, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V, v0);
+  LoadState<kBV>(S, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V, v0);
   int g = 0;
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const Chunk c = MakeChunk(p, seq, ci);
     __syncthreads();  // S complete, the previous chunk's G read
-    LoadChunkG(G, b, c, h);
-    StoreStateV(b.s.S + State(p, c.global, h), S, K, V, v0);
+    LoadRowScalars(G, nullptr, b, c, h);
+    StoreState<kBV>(b.s.S + State(p, c.global, h), S, K, V, v0);
     for (int ks = 0; ks < nk; ++ks) {
       const float* w = ring.Wait(g++);
       MmaV<false>(acc, w, S + ks * kBT * kLdV, ks > 0);
@@ -180,7 +151,7 @@ __global__ void __launch_bounds__(kThreads) StateForwardKernel(StepBase b) {
       if (r < c.rows) ut[int64_t{r} * p.heads * V + col] = val;
       acc[x] = val * expf(G_last - G[r]);
     }
-    ScaleRowsV(S, K, expf(G_last));
+    ScaleRows<kBV>(S, K, expf(G_last));
     __syncthreads();
     for (int ks = 0; ks < nk; ++ks) {
       const float* k = ring.Wait(g++);
@@ -189,7 +160,7 @@ __global__ void __launch_bounds__(kThreads) StateForwardKernel(StepBase b) {
     }
   }
   __syncthreads();
-  if (p.final_state) StoreStateV(p.final_state + State(p, n, h), S, K, V, v0);
+  if (p.final_state) StoreState<kBV>(p.final_state + State(p, n, h), S, K, V, v0);
 }
 
 inline size_t StateForwardSmem(int k_dim) {
@@ -230,13 +201,13 @@ __global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
     }
   });
   ring.Start();
-  LoadStateV(dS, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V, v0);
+  LoadState<kBV>(dS, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V, v0);
   int g = 0;
   for (int ci = seq.num_chunks - 1; ci >= 0; --ci) {
     const Chunk c = MakeChunk(p, seq, ci);
     __syncthreads();
-    LoadChunkG(G, b, c, h);
-    StoreStateV(b.s.dS + State(p, c.global, h), dS, K, V, v0);
+    LoadRowScalars(G, nullptr, b, c, h);
+    StoreState<kBV>(b.s.dS + State(p, c.global, h), dS, K, V, v0);
     for (int ks = 0; ks < nk; ++ks) {
       const float* k = ring.Wait(g++);
       MmaV<false>(dut, k, dS + ks * kBT * kLdV, ks > 0);
@@ -261,7 +232,7 @@ __global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
       if (r < c.rows) dut_out[int64_t{r} * p.heads * V + col] = dut[x];
       d_o[x] = -dut[x];
     }
-    ScaleRowsV(dS, K, expf(G_last));
+    ScaleRows<kBV>(dS, K, expf(G_last));
     __syncthreads();
     for (int ks = 0; ks < nk; ++ks) {
       const float* q = ring.Wait(g++);
@@ -275,7 +246,7 @@ __global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
     }
   }
   __syncthreads();
-  if (p.d_initial_state) StoreStateV(p.d_initial_state + State(p, n, h), dS, K, V, v0);
+  if (p.d_initial_state) StoreState<kBV>(p.d_initial_state + State(p, n, h), dS, K, V, v0);
 }
 
 inline size_t StateBackwardSmem(int k_dim) {

@@ -104,16 +104,16 @@ __device__ inline void LoadIn(float* dst, const __nv_bfloat16* src, const Tensor
   }
 }
 
-// Rows of the chunk of a [B,T,H,D] bf16 output, columns [col0, col0 + 64) = scale * src.
+// Rows of the chunk of a [B,T,H,D] bf16 output, columns [col0, col0 + 64) = src.
 __device__ inline void StoreOut(__nv_bfloat16* dst, const TensorStrides& st, const float* src,
-                                const Chunk& c, int h, int col0, float scale) {
+                                const Chunk& c, int h, int col0) {
   for (int idx = threadIdx.x; idx < c.rows * 8; idx += kThreads) {
     const int r = idx / 8, c8 = idx % 8;
     const float* x = src + r * kLd + c8 * 8;
     uint4 raw;
     auto* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
 #pragma unroll
-    for (int q = 0; q < 4; ++q) pairs[q] = __floats2bfloat162_rn(x[2 * q] * scale, x[2 * q + 1] * scale);
+    for (int q = 0; q < 4; ++q) pairs[q] = __floats2bfloat162_rn(x[2 * q], x[2 * q + 1]);
     *reinterpret_cast<uint4*>(dst + In(st, c.batch, c.t0 + r, h) + col0 + c8 * 8) = raw;
   }
 }
@@ -136,26 +136,32 @@ __device__ inline void StoreMat(float* dst, const float* src) {
   }
 }
 
-// Rows [0, rows) x columns [v0, v0 + 64) of a K x V state in global memory <-> shared memory.
+// Rows [0, rows) x columns [v0, v0 + kWidth) of a K x V state in global memory <-> shared memory
+// (leading dimension kWidth + 4: 68 for the 64-wide tiles, 36 for the state passes' 32-wide ones).
+template <int kWidth = kBT>
 __device__ inline void LoadState(float* dst, const float* src, int rows, int v_dim, int v0) {
-  for (int idx = threadIdx.x; idx < rows * 16; idx += kThreads) {
-    const int r = idx / 16, c4 = idx % 16;
-    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) =
+  for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
+    const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
+    *reinterpret_cast<float4*>(dst + r * (kWidth + 4) + c4 * 4) =
         src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
+template <int kWidth = kBT>
 __device__ inline void StoreState(float* dst, const float* src, int rows, int v_dim, int v0) {
-  for (int idx = threadIdx.x; idx < rows * 16; idx += kThreads) {
-    const int r = idx / 16, c4 = idx % 16;
+  for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
+    const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
     *reinterpret_cast<float4*>(dst + int64_t{r} * v_dim + v0 + c4 * 4) =
-        *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+        *reinterpret_cast<const float4*>(src + r * (kWidth + 4) + c4 * 4);
   }
 }
 
+template <int kWidth = kBT>
 __device__ inline void ScaleRows(float* x, int rows, float f) {
-  for (int idx = threadIdx.x; idx < rows * kBT; idx += kThreads) x[idx / kBT * kLd + idx % kBT] *= f;
+  for (int idx = threadIdx.x; idx < rows * kWidth; idx += kThreads) {
+    x[idx / kWidth * (kWidth + 4) + idx % kWidth] *= f;
+  }
 }
 
 // G and beta of the chunk's rows; rows past the end repeat the last G and have beta 0.
@@ -326,7 +332,7 @@ __global__ void __launch_bounds__(kThreads) OutputKernel(StepBase b) {
   __syncthreads();
   Mma<false, false>(acc, q, s, true);
   __syncthreads();
-  StoreOut(p.o, p.v_strides, acc, c, h, v0, 1.0f);
+  StoreOut(p.o, p.v_strides, acc, c, h, v0);
 }
 
 inline size_t OutputSmem() { return (3 * kTile + kBT) * sizeof(float); }
