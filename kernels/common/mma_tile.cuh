@@ -52,72 +52,106 @@ __device__ __forceinline__ void Mma(int m, int n, int kd, const bf16* a, int lda
   }
 }
 
-// The same product for a 64 x 64 C from fp32 tiles, by 8 warps, rounded to TF32 (10-bit mantissa)
-// on the way into the tensor cores: for kernels whose operands are fp32 scratch, where bf16 would
-// cost accuracy. Same layout flags and alignment contract (fp32 leading dimensions a multiple of
-// 4; kd a multiple of 8). Warp w owns the output tiles (w / 4, w % 4) and (w / 4 + 2, w % 4),
-// which share their B fragments, and runs the two accumulations interleaved (two independent MMA
-// chains). A warp owns the same tiles in every call, so calls that accumulate into one C in turn
-// need no block barrier between them (the __syncwarp orders a warp's store before its own next
-// load).
+// A 64 x 64 fp32 product C = A B accumulated in registers, for kernels that sum several products
+// before storing C once (no shared-memory tile for C, no load and store of C per product). Eight
+// warps: warp w owns the 16 x 16 tiles (w / 4, w % 4) and (w / 4 + 2, w % 4) of C, which share
+// their B fragments and run as two interleaved MMA chains.
+struct Tf32Acc64 {
+  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float> part[2];
+
+  __device__ __forceinline__ static int Row(int i) { return (threadIdx.x / 32 / 4 + 2 * i) * 16; }
+  __device__ __forceinline__ static int Col() { return threadIdx.x / 32 % 4 * 16; }
+
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) nvcuda::wmma::fill_fragment(part[i], 0.0f);
+  }
+  // C = c[64 x 64] (leading dimension ldc), each warp reading only its own tiles.
+  __device__ __forceinline__ void Load(const float* c, int ldc) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      nvcuda::wmma::load_matrix_sync(part[i], c + Row(i) * ldc + Col(), ldc,
+                                     nvcuda::wmma::mem_row_major);
+    }
+  }
+  __device__ __forceinline__ void Scale(float f) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int t = 0; t < part[i].num_elements; ++t) part[i].x[t] *= f;
+    }
+  }
+  // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
+  // warp's next reads of c.
+  __device__ __forceinline__ void Store(float* c, int ldc) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      nvcuda::wmma::store_matrix_sync(c + Row(i) * ldc + Col(), part[i], ldc,
+                                      nvcuda::wmma::mem_row_major);
+    }
+    __syncwarp();
+  }
+};
+
+// acc += A[64 x kd] B[kd x 64] from fp32 tiles, rounded to TF32 (10-bit mantissa) on the way into
+// the tensor cores: for kernels whose operands are fp32 scratch, where bf16 would cost accuracy.
+// Same layout flags and alignment contract as Mma (fp32 leading dimensions a multiple of 4; kd a
+// multiple of 8).
 template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, const float* b,
-                                              int ldb, float* c, int ldc, bool accumulate) {
+__device__ __forceinline__ void MmaTf32Acc64(Tf32Acc64& acc, int kd, const float* a, int lda,
+                                             const float* b, int ldb) {
   namespace wmma = nvcuda::wmma;
   using LayoutA = std::conditional_t<kARowMajor, wmma::row_major, wmma::col_major>;
   using LayoutB = std::conditional_t<kBRowMajor, wmma::row_major, wmma::col_major>;
-  const int warp = threadIdx.x / 32, tn = warp % 4, tm0 = warp / 4;
-  wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const float* pc = c + (tm0 + 2 * i) * 16 * ldc + tn * 16;
-    if (accumulate) {
-      wmma::load_matrix_sync(acc[i], pc, ldc, wmma::mem_row_major);
-    } else {
-      wmma::fill_fragment(acc[i], 0.0f);
-    }
-  }
+  const int col = Tf32Acc64::Col();
 #pragma unroll 4
   for (int l = 0; l < kd; l += 8) {
     wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
-    wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb + tn * 16 : b + tn * 16 * ldb + l, ldb);
+    wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb + col : b + col * ldb + l, ldb);
 #pragma unroll
     for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int tm = tm0 + 2 * i;
+      const int row = Tf32Acc64::Row(i);
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
-      wmma::load_matrix_sync(fa, kARowMajor ? a + tm * 16 * lda + l : a + l * lda + tm * 16, lda);
+      wmma::load_matrix_sync(fa, kARowMajor ? a + row * lda + l : a + l * lda + row, lda);
 #pragma unroll
       for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
-      wmma::mma_sync(acc[i], fa, fb, acc[i]);
+      wmma::mma_sync(acc.part[i], fa, fb, acc.part[i]);
     }
   }
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    wmma::store_matrix_sync(c + (tm0 + 2 * i) * 16 * ldc + tn * 16, acc[i], ldc,
-                            wmma::mem_row_major);
-  }
-  __syncwarp();
 }
 
-// The same for a 64 x 32 C (8 warps, one 16 x 16 tile each: warp w owns (w / 2, w % 2)); the
-// even and odd k-steps accumulate apart, for two independent MMA chains. kd a multiple of 16.
+// C[64 x 64] (+)= A B with C in shared memory. A warp reads and writes only its own tiles of C
+// (Tf32Acc64's ownership), the same in every call, so calls that accumulate into one C in turn
+// need no block barrier between them.
 template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Tile64x32(int kd, const float* a, int lda, const float* b,
-                                                 int ldb, float* c, int ldc, bool accumulate) {
+__device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, const float* b,
+                                              int ldb, float* c, int ldc, bool accumulate) {
+  Tf32Acc64 acc;
+  if (accumulate) {
+    acc.Load(c, ldc);
+  } else {
+    acc.Zero();
+  }
+  MmaTf32Acc64<kARowMajor, kBRowMajor>(acc, kd, a, lda, b, ldb);
+  acc.Store(c, ldc);
+}
+
+// One warp's 16 x 16 fp32 accumulator, for kernels that keep C in registers across products.
+using Tf32Frag = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>;
+
+// acc += A[16 x kd] B[kd x 16] by one warp, rounded to TF32, with a pointing at A(0, 0) and b at
+// B(0, 0) (layout flags as Mma). The even and odd k-steps run as two independent MMA chains.
+// kd a multiple of 16.
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaTf32Warp16(Tf32Frag& acc, int kd, const float* a, int lda,
+                                              const float* b, int ldb) {
   namespace wmma = nvcuda::wmma;
   using LayoutA = std::conditional_t<kARowMajor, wmma::row_major, wmma::col_major>;
   using LayoutB = std::conditional_t<kBRowMajor, wmma::row_major, wmma::col_major>;
-  const int warp = threadIdx.x / 32, tm = warp / 2, tn = warp % 2;
-  float* pc = c + tm * 16 * ldc + tn * 16;
-  wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[2];
-  if (accumulate) {
-    wmma::load_matrix_sync(acc[0], pc, ldc, wmma::mem_row_major);
-  } else {
-    wmma::fill_fragment(acc[0], 0.0f);
-  }
-  wmma::fill_fragment(acc[1], 0.0f);
+  Tf32Frag odd;
+  wmma::fill_fragment(odd, 0.0f);
 #pragma unroll 2
   for (int l0 = 0; l0 < kd; l0 += 16) {
 #pragma unroll
@@ -125,19 +159,21 @@ __device__ __forceinline__ void MmaTf32Tile64x32(int kd, const float* a, int lda
       const int l = l0 + 8 * i;
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
       wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
-      wmma::load_matrix_sync(fa, kARowMajor ? a + tm * 16 * lda + l : a + l * lda + tm * 16, lda);
-      wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb + tn * 16 : b + tn * 16 * ldb + l, ldb);
+      wmma::load_matrix_sync(fa, kARowMajor ? a + l : a + l * lda, lda);
+      wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb : b + l, ldb);
 #pragma unroll
       for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
 #pragma unroll
       for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
-      wmma::mma_sync(acc[i], fa, fb, acc[i]);
+      if (i == 0) {
+        wmma::mma_sync(acc, fa, fb, acc);
+      } else {
+        wmma::mma_sync(odd, fa, fb, odd);
+      }
     }
   }
 #pragma unroll
-  for (int t = 0; t < acc[0].num_elements; ++t) acc[0].x[t] += acc[1].x[t];
-  wmma::store_matrix_sync(pc, acc[0], ldc, wmma::mem_row_major);
-  __syncwarp();
+  for (int t = 0; t < acc.num_elements; ++t) acc.x[t] += odd.x[t];
 }
 
 }  // namespace flame::kernels::tile

@@ -1,15 +1,18 @@
 // The sequential state passes of the chunked delta rule (formulas in chunk_delta_steps.h), one
-// block per (V slice of 32, head, sequence), the K x 32 state slice on chip in fp32. Slices of 32
-// rather than 64 give twice the blocks, which the passes need: a (4, 2048, 16, 128) batch has only
-// 4 x 16 sequence-heads to spread over 132 multiprocessors.
+// block per (V slice of 32, head, sequence), the K x 32 state slice held in registers in fp32.
+// Slices of 32 rather than 64 give twice the blocks, which the passes need: a (4, 2048, 16, 128)
+// batch has only 4 x 16 sequence-heads to spread over 132 multiprocessors.
 //
 // The passes are latency-bound: per chunk they read a few 64 x 64 tiles and multiply them with
 // the state, and every chunk waits for the one before. So each pass consumes its chunk tiles as
 // one stream, in the order the arithmetic needs them, through a ring of shared-memory slots
-// filled by asynchronous copies (cp.async) as many tiles ahead as the ring has slots, less one: the next tiles, also the
-// next chunk's, are in flight while the current one is multiplied. Row scalings that the tiles
-// would need on the way in are moved onto the products instead (diag(d) K^T x = K^T (diag(d) x)),
-// so that the tiles are raw copies.
+// filled by asynchronous copies (cp.async) as many tiles ahead as the ring has slots, less one:
+// the next tiles, also the next chunk's, are in flight while the current one is multiplied. Row
+// scalings that the tiles would need on the way in are moved onto the products instead
+// (diag(d) K^T x = K^T (diag(d) x)), so that the tiles are raw copies. Each warp owns fixed
+// 16 x 16 tiles of the state and of the chunk's 64 x 32 products and accumulates them in
+// registers, so a product needs no block barrier of its own: the ring's one barrier per tile
+// orders everything.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,37 +30,106 @@ namespace flame::kernels::delta_chunk::tiles {
 constexpr int kForwardRing = 4;
 constexpr int kBackwardRing = 3;
 constexpr int kBV = 32;            // V columns per block
-constexpr int kLdV = kBV + 4;      // leading dimension of the 32-wide tiles (same bank pattern)
+// Leading dimensions by how the tensor cores read a tile. A fragment lane (g, t) reads element
+// (g, t) of a tile read as stored, but (t, g) of one read transposed (the state and new values as
+// B operands, K, Q, W, M as transposed A operands): rows padded by 4 floats spread the first over
+// all 32 banks, rows padded by 8 the second.
+constexpr int kLdV = kBV + 8;  // the 32-wide tiles: read as B operands
+constexpr int kLdT = kBT + 8;  // 64-wide ring tiles read transposed (kLd for those read as stored)
 constexpr int kTileV = kBT * kLdV;
-static_assert(kLd == kBT + 4 && kLdV == kBV + 4, "LoadState / StoreState / ScaleRows<width> pad rows by 4");
+constexpr int kSlot = kBT * kLdT;  // floats in a ring slot
 
-// C (64 x 32, leading dimension kLdV) (+)= A B, A a 64 x 64 tile (leading dimension kLd, or its
-// transpose with kAT), B 64 x 32 (leading dimension kLdV).
+// Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol().
+__device__ __forceinline__ int WarpRow() { return threadIdx.x / 32 / 2 * 16; }
+__device__ __forceinline__ int WarpCol() { return threadIdx.x / 32 % 2 * 16; }
+
+// acc += A B for warp w's tile, A 64 x 64 (a at A(WarpRow(), 0): a 64-wide tile row-major with
+// leading dimension kLd, or with kAT the transpose of one with leading dimension kLdT, a at its
+// column WarpRow()), B 64 x 32 row-major (b at B(0, WarpCol()), leading dimension kLdV).
 template <bool kAT>
-__device__ __forceinline__ void MmaV(float* c, const float* a, const float* b, bool accumulate) {
-  tile::MmaTf32Tile64x32<!kAT, true>(kBT, a, kLd, b, kLdV, c, kLdV, accumulate);
+__device__ __forceinline__ void MmaWarp(tile::Tf32Frag& acc, const float* a, const float* b) {
+  tile::MmaTf32Warp16<!kAT, true>(acc, kBT, a, kAT ? kLdT : kLd, b, kLdV);
 }
+
+__device__ __forceinline__ void StoreWarpTile(float* c, const tile::Tf32Frag& acc) {
+  nvcuda::wmma::store_matrix_sync(c + WarpRow() * kLdV + WarpCol(), acc, kLdV,
+                                  nvcuda::wmma::mem_row_major);
+}
+
+// The K x 32 state slice of a block, in registers: warp w holds, for each 64-row slice j of K,
+// the 16 x 16 tile at rows 64 j + WarpRow(), columns WarpCol(). So the chunk's j-th 64-wide tile
+// of K (or Q, W) updates one tile per warp. Loops over j run to kMaxSlices, unrolled, with a
+// guard: indexed by a constant, the tiles stay in registers.
+constexpr int kMaxSlices = kMaxK / kBT;
+struct StateTiles {
+  tile::Tf32Frag part[kMaxSlices];
+
+  __device__ static int Row(int j) { return j * kBT + WarpRow(); }
+  // From / to a K x 32 slice in shared memory (leading dimension kLdV): own tiles only.
+  __device__ void Load(const float* s, int nk) {
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        nvcuda::wmma::load_matrix_sync(part[j], s + Row(j) * kLdV + WarpCol(), kLdV,
+                                       nvcuda::wmma::mem_row_major);
+      }
+    }
+  }
+  __device__ void Store(float* s, int nk) const {
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        nvcuda::wmma::store_matrix_sync(s + Row(j) * kLdV + WarpCol(), part[j], kLdV,
+                                        nvcuda::wmma::mem_row_major);
+      }
+    }
+  }
+  // To the scratch copy of a K x V state (dst at column v0 of row 0; 32-byte aligned rows).
+  __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        nvcuda::wmma::store_matrix_sync(dst + int64_t{Row(j)} * v_dim + WarpCol(), part[j], v_dim,
+                                        nvcuda::wmma::mem_row_major);
+      }
+    }
+  }
+  __device__ void Scale(float f, int nk) {
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+#pragma unroll
+      for (int t = 0; t < part[j].num_elements; ++t) part[j].x[t] *= j < nk ? f : 1.0f;
+    }
+  }
+};
 
 // ----------------------------------------------------------------------------------------------
 // Asynchronous tile copies into a ring slot; rows past the chunk's end are zero-filled.
 
-// kWidth columns from col0 into rows of leading dimension kWidth + 4.
-template <int kWidth = kBT>
+// kWidth columns from col0 into rows of leading dimension kLdSlot. A thread copies the same
+// 16-byte column piece of every (kThreads / pieces-per-row)-th row, so its addresses advance by a
+// fixed stride (the passes issue a tile per ring item: keep the address arithmetic out of them).
+template <int kWidth, int kLdSlot>
 __device__ inline void IssueTok(float* slot, const float* src, const ChunkDeltaParams& p,
                                 const Chunk& c, int h, int dim, int col0) {
-  for (int idx = threadIdx.x; idx < kBT * (kWidth / 4); idx += kThreads) {
-    const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
+  constexpr int kPieces = kWidth / 4, kRowStep = kThreads / kPieces;
+  const int r0 = threadIdx.x / kPieces, c4 = threadIdx.x % kPieces;
+  const int64_t row_stride = int64_t{p.heads} * dim;
+  const float* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
+  float* to = slot + r0 * kLdSlot + c4 * 4;
+#pragma unroll
+  for (int r = r0; r < kBT; r += kRowStep) {
     const bool valid = r < c.rows;
-    __pipeline_memcpy_async(slot + r * (kWidth + 4) + c4 * 4,
-                            TokPtr(src, p, c, valid ? r : 0, h, dim) + col0 + c4 * 4, 16,
-                            valid ? 0 : 16);
+    __pipeline_memcpy_async(to, from + (valid ? r : 0) * row_stride, 16, valid ? 0 : 16);
+    to += kRowStep * kLdSlot;
   }
 }
 
-__device__ inline void IssueMat(float* slot, const float* src) {
+// A 64 x 64 chunk matrix, to be read transposed.
+__device__ inline void IssueMatT(float* slot, const float* src) {
   for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
     const int r = idx / 16, c4 = idx % 16;
-    __pipeline_memcpy_async(slot + r * kLd + c4 * 4, src + r * kBT + c4 * 4, 16);
+    __pipeline_memcpy_async(slot + r * kLdT + c4 * 4, src + r * kBT + c4 * 4, 16);
   }
 }
 
@@ -74,10 +146,11 @@ __device__ inline void IssueInV(float* slot, const __nv_bfloat16* src, const Ten
   }
 }
 
-// The ring: item g of the stream lives in slot g % kSlots. Wait(g) first issues item
-// g + kSlots - 1 (through `issue`, which commits nothing), so every thread commits exactly one
-// copy group per item, then waits for item g's group and synchronises the block. Callers end
-// each item's work with a block barrier, so that the slot Wait(g + 1) refills is free.
+// The ring: item g of the stream lives in slot g % kSlots. Wait(g) waits for item g's copies,
+// synchronises the block (every thread is then done with item g - 1 and with whatever it did
+// before), then issues item g + kSlots - 1 into item g - 1's slot (through `issue`, which commits
+// nothing; every thread commits exactly one copy group per item). The barrier is the only one a
+// tile needs.
 template <int kSlots, typename Issue>
 struct TileRing {
   float* slots;
@@ -88,13 +161,13 @@ struct TileRing {
     for (int g = 0; g < kSlots - 1; ++g) Fill(g);
   }
   __device__ const float* Wait(int g) {
-    Fill(g + kSlots - 1);
-    __pipeline_wait_prior(kSlots - 1);
+    __pipeline_wait_prior(kSlots - 2);
     __syncthreads();
-    return slots + (g % kSlots) * kTile;
+    Fill(g + kSlots - 1);
+    return slots + (g % kSlots) * kSlot;
   }
   __device__ void Fill(int g) {
-    if (g < items) issue(g, slots + (g % kSlots) * kTile);
+    if (g < items) issue(g, slots + (g % kSlots) * kSlot);
     __pipeline_commit();
   }
 };
@@ -108,12 +181,12 @@ __device__ TileRing<kSlots, Issue> MakeRing(float* slots, int items, Issue issue
 // Forward: per chunk, in order,
 //   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
 // Stream per chunk: W slices (K/64), U, K slices (K/64).
-__global__ void __launch_bounds__(kThreads) StateForwardKernel(StepBase b) {
+__global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT, per_chunk = 2 * nk + 1;
-  float* S = reinterpret_cast<float*>(smem4);
-  float* acc = S + K * kLdV;  // W S, then the decayed new values
+  float* s_copy = reinterpret_cast<float*>(smem4);  // S, for the product W S
+  float* acc = s_copy + K * kLdV;                    // W S, then the decayed new values
   float* G = acc + kTileV;
   float* ring_slots = G + kBT;
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
@@ -122,26 +195,35 @@ __global__ void __launch_bounds__(kThreads) StateForwardKernel(StepBase b) {
     const Chunk c = MakeChunk(p, seq, g / per_chunk);
     const int item = g % per_chunk;
     if (item < nk) {
-      IssueTok(slot, b.s.W, p, c, h, K, item * kBT);
+      IssueTok<kBT, kLd>(slot, b.s.W, p, c, h, K, item * kBT);
     } else if (item == nk) {
-      IssueTok<kBV>(slot, b.s.U, p, c, h, V, v0);
+      IssueTok<kBV, kLdV>(slot, b.s.U, p, c, h, V, v0);
     } else {
-      IssueTok(slot, b.s.kn, p, c, h, K, (item - nk - 1) * kBT);
+      IssueTok<kBT, kLdT>(slot, b.s.kn, p, c, h, K, (item - nk - 1) * kBT);
     }
   });
   ring.Start();
-  LoadState<kBV>(S, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V, v0);
+  LoadState<kBV, kLdV>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V, v0);
+  __syncthreads();
+  StateTiles S;
+  S.Load(s_copy, nk);
   int g = 0;
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const Chunk c = MakeChunk(p, seq, ci);
-    __syncthreads();  // S complete, the previous chunk's G read
+    // Earlier readers of s_copy, acc and G are behind the previous chunk's barriers.
+    S.Store(s_copy, nk);
+    S.StoreScratch(b.s.S + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
-    StoreState<kBV>(b.s.S + State(p, c.global, h), S, K, V, v0);
-    for (int ks = 0; ks < nk; ++ks) {
-      const float* w = ring.Wait(g++);
-      MmaV<false>(acc, w, S + ks * kBT * kLdV, ks > 0);
-      __syncthreads();
+    tile::Tf32Frag ws;  // W S
+    nvcuda::wmma::fill_fragment(ws, 0.0f);
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        const float* w = ring.Wait(g++);
+        MmaWarp<false>(ws, w + WarpRow() * kLd, s_copy + j * kBT * kLdV + WarpCol());
+      }
     }
+    StoreWarpTile(acc, ws);
     const float* u = ring.Wait(g++);
     const float G_last = G[c.rows - 1];
     float* ut = TokPtr(b.s.Ut, p, c, 0, h, V) + v0;
@@ -151,20 +233,25 @@ __global__ void __launch_bounds__(kThreads) StateForwardKernel(StepBase b) {
       if (r < c.rows) ut[int64_t{r} * p.heads * V + col] = val;
       acc[x] = val * expf(G_last - G[r]);
     }
-    ScaleRows<kBV>(S, K, expf(G_last));
     __syncthreads();
-    for (int ks = 0; ks < nk; ++ks) {
-      const float* k = ring.Wait(g++);
-      MmaV<true>(S + ks * kBT * kLdV, k, acc, true);
-      __syncthreads();
+    S.Scale(expf(G_last), nk);
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        const float* k = ring.Wait(g++);
+        MmaWarp<true>(S.part[j], k + WarpRow(), acc + WarpCol());
+      }
     }
   }
-  __syncthreads();
-  if (p.final_state) StoreState<kBV>(p.final_state + State(p, n, h), S, K, V, v0);
+  if (p.final_state) {
+    S.Store(s_copy, nk);
+    __syncthreads();
+    StoreState<kBV, kLdV>(p.final_state + State(p, n, h), s_copy, K, V, v0);
+  }
 }
 
 inline size_t StateForwardSmem(int k_dim) {
-  return (k_dim * kLdV + kTileV + kForwardRing * kTile + kBT) * sizeof(float);
+  return (k_dim * kLdV + kTileV + kForwardRing * kSlot + kBT) * sizeof(float);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -172,12 +259,12 @@ inline size_t StateForwardSmem(int k_dim) {
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + M^T (scale dO);
 //   dS = gamma_L dS + Q^T (scale diag(gamma) dO) + W^T (-dUt).
 // Stream per chunk: K slices, dO, M, Q slices, W slices.
-__global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
+__global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT, per_chunk = 3 * nk + 2;
-  float* dS = reinterpret_cast<float*>(smem4);
-  float* dut = dS + K * kLdV;
+  float* ds_copy = reinterpret_cast<float*>(smem4);  // dS, for the product K dS
+  float* dut = ds_copy + K * kLdV;
   float* d_o = dut + kTileV;   // scale dO, then -dUt
   float* d_og = d_o + kTileV;  // scale diag(gamma) dO
   float* G = d_og + kTileV;
@@ -189,30 +276,39 @@ __global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
     const Chunk c = MakeChunk(p, seq, seq.num_chunks - 1 - g / per_chunk);
     const int item = g % per_chunk;
     if (item < nk) {
-      IssueTok(slot, b.s.kn, p, c, h, K, item * kBT);
+      IssueTok<kBT, kLd>(slot, b.s.kn, p, c, h, K, item * kBT);
     } else if (item == nk) {
       IssueInV(slot, p.d_o, p.v_strides, c, h, v0);
     } else if (item == nk + 1) {
-      IssueMat(slot, b.s.M + Mat(p, c.global, h));
+      IssueMatT(slot, b.s.M + Mat(p, c.global, h));
     } else if (item < 2 * nk + 2) {
-      IssueTok(slot, b.s.qn, p, c, h, K, (item - nk - 2) * kBT);
+      IssueTok<kBT, kLdT>(slot, b.s.qn, p, c, h, K, (item - nk - 2) * kBT);
     } else {
-      IssueTok(slot, b.s.W, p, c, h, K, (item - 2 * nk - 2) * kBT);
+      IssueTok<kBT, kLdT>(slot, b.s.W, p, c, h, K, (item - 2 * nk - 2) * kBT);
     }
   });
   ring.Start();
-  LoadState<kBV>(dS, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V, v0);
+  LoadState<kBV, kLdV>(ds_copy, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V, v0);
+  __syncthreads();
+  StateTiles dS;
+  dS.Load(ds_copy, nk);
   int g = 0;
   for (int ci = seq.num_chunks - 1; ci >= 0; --ci) {
     const Chunk c = MakeChunk(p, seq, ci);
-    __syncthreads();
+    // Earlier readers of ds_copy, dut, d_o, d_og and G are behind the previous chunk's barriers.
+    dS.Store(ds_copy, nk);
+    dS.StoreScratch(b.s.dS + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
-    StoreState<kBV>(b.s.dS + State(p, c.global, h), dS, K, V, v0);
-    for (int ks = 0; ks < nk; ++ks) {
-      const float* k = ring.Wait(g++);
-      MmaV<false>(dut, k, dS + ks * kBT * kLdV, ks > 0);
-      __syncthreads();
+    tile::Tf32Frag du;  // K dS, then + M^T (scale dO)
+    nvcuda::wmma::fill_fragment(du, 0.0f);
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        const float* k = ring.Wait(g++);
+        MmaWarp<false>(du, k + WarpRow() * kLd, ds_copy + j * kBT * kLdV + WarpCol());
+      }
     }
+    StoreWarpTile(dut, du);
     const auto* d_o_in = reinterpret_cast<const __nv_bfloat16*>(ring.Wait(g++));
     const float G_last = G[c.rows - 1];
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
@@ -222,9 +318,11 @@ __global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
       d_og[x] = scaled * expf(G[r]);
       dut[x] *= expf(G_last - G[r]);
     }
-    __syncthreads();
     const float* m = ring.Wait(g++);
-    MmaV<true>(dut, m, d_o, true);
+    nvcuda::wmma::load_matrix_sync(du, dut + WarpRow() * kLdV + WarpCol(), kLdV,
+                                   nvcuda::wmma::mem_row_major);
+    MmaWarp<true>(du, m + WarpRow(), d_o + WarpCol());
+    StoreWarpTile(dut, du);
     __syncthreads();
     float* dut_out = TokPtr(b.s.dUt, p, c, 0, h, V) + v0;
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
@@ -232,25 +330,32 @@ __global__ void __launch_bounds__(kThreads) StateBackwardKernel(StepBase b) {
       if (r < c.rows) dut_out[int64_t{r} * p.heads * V + col] = dut[x];
       d_o[x] = -dut[x];
     }
-    ScaleRows<kBV>(dS, K, expf(G_last));
     __syncthreads();
-    for (int ks = 0; ks < nk; ++ks) {
-      const float* q = ring.Wait(g++);
-      MmaV<true>(dS + ks * kBT * kLdV, q, d_og, true);
-      __syncthreads();
+    dS.Scale(expf(G_last), nk);
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        const float* q = ring.Wait(g++);
+        MmaWarp<true>(dS.part[j], q + WarpRow(), d_og + WarpCol());
+      }
     }
-    for (int ks = 0; ks < nk; ++ks) {
-      const float* w = ring.Wait(g++);
-      MmaV<true>(dS + ks * kBT * kLdV, w, d_o, true);
-      __syncthreads();
+#pragma unroll
+    for (int j = 0; j < kMaxSlices; ++j) {
+      if (j < nk) {
+        const float* w = ring.Wait(g++);
+        MmaWarp<true>(dS.part[j], w + WarpRow(), d_o + WarpCol());
+      }
     }
   }
-  __syncthreads();
-  if (p.d_initial_state) StoreState<kBV>(p.d_initial_state + State(p, n, h), dS, K, V, v0);
+  if (p.d_initial_state) {
+    dS.Store(ds_copy, nk);
+    __syncthreads();
+    StoreState<kBV, kLdV>(p.d_initial_state + State(p, n, h), ds_copy, K, V, v0);
+  }
 }
 
 inline size_t StateBackwardSmem(int k_dim) {
-  return (k_dim * kLdV + 3 * kTileV + kBackwardRing * kTile + kBT) * sizeof(float);
+  return (k_dim * kLdV + 3 * kTileV + kBackwardRing * kSlot + kBT) * sizeof(float);
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -40,6 +40,13 @@ __device__ __forceinline__ void Mma(float* c, const float* a, const float* b, bo
   tile::MmaTf32Tile64<!kAT, !kBTr>(kBT, a, kLd, b, kLd, c, kLd, accumulate);
 }
 
+// acc += A B, the same products with C in registers (tile::Tf32Acc64).
+using Acc = tile::Tf32Acc64;
+template <bool kAT, bool kBTr>
+__device__ __forceinline__ void Mma(Acc& acc, const float* a, const float* b) {
+  tile::MmaTf32Acc64<!kAT, !kBTr>(acc, kBT, a, kLd, b, kLd);
+}
+
 struct One {
   __device__ float operator()(int) const { return 1.0f; }
 };
@@ -54,15 +61,19 @@ __device__ inline T* TokPtr(T* base, const ChunkDeltaParams& p, const Chunk& c, 
   return base + ((c.row + r) * p.heads + h) * dim;
 }
 
-// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor, columns [col0, col0 + 64).
+// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor, columns [col0, col0 + 64). A thread
+// moves the same float4 column of every 16th row, so its addresses advance by a fixed stride.
 template <typename RowScale>
 __device__ inline void LoadTok(float* dst, const float* src, const ChunkDeltaParams& p,
                                const Chunk& c, int h, int dim, int col0, RowScale scale) {
-  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
-    const int r = idx / 16, c4 = idx % 16;
+  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
+  const int64_t row_stride = int64_t{p.heads} * dim;
+  const float* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
+#pragma unroll
+  for (int r = r0; r < kBT; r += kThreads / 16) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < c.rows) {
-      v = *reinterpret_cast<const float4*>(TokPtr(src, p, c, r, h, dim) + col0 + c4 * 4);
+      v = *reinterpret_cast<const float4*>(from + r * row_stride);
       const float f = scale(r);
       v.x *= f, v.y *= f, v.z *= f, v.w *= f;
     }
@@ -71,12 +82,16 @@ __device__ inline void LoadTok(float* dst, const float* src, const ChunkDeltaPar
 }
 
 __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaParams& p,
-                                const Chunk& c, int h, int dim, int col0, float scale = 1.0f) {
-  for (int idx = threadIdx.x; idx < c.rows * 16; idx += kThreads) {
-    const int r = idx / 16, c4 = idx % 16;
-    float4 v = *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
-    v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
-    *reinterpret_cast<float4*>(TokPtr(dst, p, c, r, h, dim) + col0 + c4 * 4) = v;
+                                const Chunk& c, int h, int dim, int col0) {
+  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
+  const int64_t row_stride = int64_t{p.heads} * dim;
+  float* to = TokPtr(dst, p, c, 0, h, dim) + col0 + c4 * 4;
+#pragma unroll
+  for (int r = r0; r < kBT; r += kThreads / 16) {
+    if (r < c.rows) {
+      *reinterpret_cast<float4*>(to + r * row_stride) =
+          *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+    }
   }
 }
 
@@ -137,30 +152,23 @@ __device__ inline void StoreMat(float* dst, const float* src) {
 }
 
 // Rows [0, rows) x columns [v0, v0 + kWidth) of a K x V state in global memory <-> shared memory
-// (leading dimension kWidth + 4: 68 for the 64-wide tiles, 36 for the state passes' 32-wide ones).
-template <int kWidth = kBT>
+// with leading dimension kLdS.
+template <int kWidth = kBT, int kLdS = kLd>
 __device__ inline void LoadState(float* dst, const float* src, int rows, int v_dim, int v0) {
   for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
     const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
-    *reinterpret_cast<float4*>(dst + r * (kWidth + 4) + c4 * 4) =
+    *reinterpret_cast<float4*>(dst + r * kLdS + c4 * 4) =
         src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
             : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
 }
 
-template <int kWidth = kBT>
+template <int kWidth = kBT, int kLdS = kLd>
 __device__ inline void StoreState(float* dst, const float* src, int rows, int v_dim, int v0) {
   for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
     const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
     *reinterpret_cast<float4*>(dst + int64_t{r} * v_dim + v0 + c4 * 4) =
-        *reinterpret_cast<const float4*>(src + r * (kWidth + 4) + c4 * 4);
-  }
-}
-
-template <int kWidth = kBT>
-__device__ inline void ScaleRows(float* x, int rows, float f) {
-  for (int idx = threadIdx.x; idx < rows * kWidth; idx += kThreads) {
-    x[idx / kWidth * (kWidth + 4) + idx % kWidth] *= f;
+        *reinterpret_cast<const float4*>(src + r * kLdS + c4 * 4);
   }
 }
 
@@ -257,85 +265,98 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
   }
 }
 
-// Per chunk: QK = Q K^T and KK = K K^T over K; M = tril(QK * D) (stored); A = strict_tril(diag(beta)
-// KK * D); T = (I + A)^-1 (stored); W = T diag(beta gamma) K; U = T diag(beta) V.
-__global__ void __launch_bounds__(kThreads) ChunkPrepareKernel(StepBase b) {
+// Per chunk: QK = Q K^T and KK = K K^T over K (in registers); M = tril(QK * D) (stored);
+// A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored); W = T diag(beta gamma) K;
+// U = T diag(beta) V. Three tiles of shared memory.
+__global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* QK = reinterpret_cast<float*>(smem4);
-  float* T = QK;  // QK is dead once M is written (four tiles: three blocks per multiprocessor)
-  float* KK = QK + kTile;
-  float* x = KK + kTile;
+  float* x = reinterpret_cast<float*>(smem4);
   float* y = x + kTile;
-  float* G = y + kTile;
+  float* T = y + kTile;
+  float* G = T + kTile;
   float* beta = G + kBT;
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y;
   const Chunk c = LocateChunk(p, chunk);
   LoadRowScalars(G, beta, b, c, h);
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-    LoadTok(x, b.s.qn, p, c, h, p.k_dim, k0, One{});
-    LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, One{});
-    __syncthreads();
-    Mma<false, true>(QK, x, y, k0 > 0);
-    Mma<false, true>(KK, y, y, k0 > 0);
+  {
+    Acc qk, kk;
+    qk.Zero(), kk.Zero();
+    for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
+      LoadTok(x, b.s.qn, p, c, h, p.k_dim, k0, One{});
+      LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, One{});
+      __syncthreads();
+      Mma<false, true>(qk, x, y);
+      Mma<false, true>(kk, y, y);
+      __syncthreads();
+    }
+    qk.Store(x, kLd);
+    kk.Store(y, kLd);
     __syncthreads();
   }
   float* M = b.s.M + Mat(p, chunk, h);
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
     const float D = i < c.rows && j <= i ? expf(G[i] - G[j]) : 0.0f;
-    M[e] = QK[i * kLd + j] * D;
-    KK[i * kLd + j] = j < i ? beta[i] * KK[i * kLd + j] * D : 0.0f;  // A
+    M[e] = x[i * kLd + j] * D;
+    y[i * kLd + j] = j < i ? beta[i] * y[i * kLd + j] * D : 0.0f;  // A
   }
   __syncthreads();
-  InvertUnitLower(T, KK);
+  InvertUnitLower(T, y);
   StoreMat(b.s.T + Mat(p, chunk, h), T);
+  // out = T z for one 64-wide slice z in y, through x to the scratch rows.
+  const auto product = [&](float* dst, int dim, int col0) {
+    __syncthreads();
+    Acc out;
+    out.Zero();
+    Mma<false, false>(out, T, y);
+    out.Store(x, kLd);
+    __syncthreads();
+    StoreTok(dst, x, p, c, h, dim, col0);
+  };
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
-    __syncthreads();
-    Mma<false, false>(x, T, y, false);
-    __syncthreads();
-    StoreTok(b.s.W, x, p, c, h, p.k_dim, k0);
+    product(b.s.W, p.k_dim, k0);
   }
   for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
     LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
-    __syncthreads();
-    Mma<false, false>(x, T, y, false);
-    __syncthreads();
-    StoreTok(b.s.U, x, p, c, h, p.v_dim, v0);
+    product(b.s.U, p.v_dim, v0);
   }
 }
 
-inline size_t ChunkPrepareSmem() { return (4 * kTile + 2 * kBT) * sizeof(float); }
+inline size_t ChunkPrepareSmem() { return (3 * kTile + 2 * kBT) * sizeof(float); }
 
-// Per (chunk, head, V slice): o = scale [diag(gamma) Q S + M Ut].
-__global__ void __launch_bounds__(kThreads) OutputKernel(StepBase b) {
+// Per (chunk, head, V slice): o = scale [diag(gamma) Q S + M Ut], accumulated in registers.
+__global__ void __launch_bounds__(kThreads, 3) OutputKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* q = reinterpret_cast<float*>(smem4);
   float* s = q + kTile;
-  float* acc = s + kTile;
-  float* G = acc + kTile;
+  float* G = s + kTile;
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
   const Chunk c = LocateChunk(p, chunk);
   LoadRowScalars(G, nullptr, b, c, h);
   __syncthreads();
+  Acc acc;
+  acc.Zero();
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     LoadTok(q, b.s.qn, p, c, h, p.k_dim, k0, [&](int r) { return p.scale * expf(G[r]); });
     LoadState(s, b.s.S + State(p, chunk, h) + int64_t{k0} * p.v_dim, kBT, p.v_dim, v0);
     __syncthreads();
-    Mma<false, false>(acc, q, s, k0 > 0);
+    Mma<false, false>(acc, q, s);
     __syncthreads();
   }
   LoadMat(q, b.s.M + Mat(p, chunk, h), p.scale);
   LoadTok(s, b.s.Ut, p, c, h, p.v_dim, v0, One{});
   __syncthreads();
-  Mma<false, false>(acc, q, s, true);
+  Mma<false, false>(acc, q, s);
   __syncthreads();
-  StoreOut(p.o, p.v_strides, acc, c, h, v0);
+  acc.Store(q, kLd);
+  __syncthreads();
+  StoreOut(p.o, p.v_strides, q, c, h, v0);
 }
 
-inline size_t OutputSmem() { return (3 * kTile + kBT) * sizeof(float); }
+inline size_t OutputSmem() { return (2 * kTile + kBT) * sizeof(float); }
 
 // ----------------------------------------------------------------------------------------------
 // Backward
@@ -343,17 +364,15 @@ inline size_t OutputSmem() { return (3 * kTile + kBT) * sizeof(float); }
 // Per (chunk, head), with S and dS' the chunk's entering state and leaving-state gradient:
 //   dW = -dUt S^T,  dKd = Ut dS'^T,  SdO = dO S^T  (64 x K),  dM = scale tril(dO Ut^T),
 //   and <S, dS'> (RowGrads' last row).
-__global__ void __launch_bounds__(kThreads) RowTermsKernel(StepBase b) {
+// The four products accumulate in registers over V, so shared memory holds only the five input
+// tiles: two blocks per multiprocessor.
+__global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* s = reinterpret_cast<float*>(smem4);
   float* ds = s + kTile;
   float* dut = ds + kTile;
   float* ut = dut + kTile;
   float* d_o = ut + kTile;
-  float* dw = d_o + kTile;
-  float* dkd = dw + kTile;
-  float* sdo = dkd + kTile;
-  float* dm = sdo + kTile;
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim;
   const int chunk = blockIdx.x, h = blockIdx.y;
@@ -361,7 +380,11 @@ __global__ void __launch_bounds__(kThreads) RowTermsKernel(StepBase b) {
   const float* S = b.s.S + State(p, chunk, h);
   const float* dS = b.s.dS + State(p, chunk, h);
   float state_dot = 0.0f;
+  Acc dm;
+  dm.Zero();
   for (int k0 = 0; k0 < K; k0 += kBT) {
+    Acc dw, dkd, sdo;
+    dw.Zero(), dkd.Zero(), sdo.Zero();
     for (int v0 = 0; v0 < V; v0 += kBT) {
       LoadState(s, S + int64_t{k0} * V, kBT, V, v0);
       LoadState(ds, dS + int64_t{k0} * V, kBT, V, v0);
@@ -369,28 +392,36 @@ __global__ void __launch_bounds__(kThreads) RowTermsKernel(StepBase b) {
       LoadTok(ut, b.s.Ut, p, c, h, V, v0, One{});
       LoadIn(d_o, p.d_o, p.v_strides, c, h, v0, One{});
       __syncthreads();
-      Mma<false, true>(dw, dut, s, v0 > 0);
-      Mma<false, true>(dkd, ut, ds, v0 > 0);
-      Mma<false, true>(sdo, d_o, s, v0 > 0);
-      if (k0 == 0) Mma<false, true>(dm, d_o, ut, v0 > 0);
+      Mma<false, true>(dw, dut, s);
+      Mma<false, true>(dkd, ut, ds);
+      Mma<false, true>(sdo, d_o, s);
+      if (k0 == 0) Mma<false, true>(dm, d_o, ut);
       for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
         state_dot += s[e / kBT * kLd + e % kBT] * ds[e / kBT * kLd + e % kBT];
       }
       __syncthreads();
     }
-    StoreTok(b.s.dW, dw, p, c, h, K, k0, -1.0f);
-    StoreTok(b.s.dKd, dkd, p, c, h, K, k0);
-    StoreTok(b.s.SdO, sdo, p, c, h, K, k0);
+    // Staged through the (now free) input tiles: StoreTok writes only the chunk's rows.
+    dw.Scale(-1.0f);
+    dw.Store(s, kLd);
+    dkd.Store(ds, kLd);
+    sdo.Store(dut, kLd);
+    __syncthreads();
+    StoreTok(b.s.dW, s, p, c, h, K, k0);
+    StoreTok(b.s.dKd, ds, p, c, h, K, k0);
+    StoreTok(b.s.SdO, dut, p, c, h, K, k0);
+    __syncthreads();
   }
+  dm.Store(s, kLd);
+  for (int off = 16; off > 0; off /= 2) state_dot += __shfl_xor_sync(0xffffffffu, state_dot, off);
+  float* warp_dots = ds;
+  if (threadIdx.x % 32 == 0) warp_dots[threadIdx.x / 32] = state_dot;
+  __syncthreads();
   float* dM = b.s.dM + Mat(p, chunk, h);
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
-    dM[e] = i < c.rows && j <= i ? p.scale * dm[i * kLd + j] : 0.0f;
+    dM[e] = i < c.rows && j <= i ? p.scale * s[i * kLd + j] : 0.0f;
   }
-  for (int off = 16; off > 0; off /= 2) state_dot += __shfl_xor_sync(0xffffffffu, state_dot, off);
-  float* warp_dots = s;  // the S tile is no longer read
-  if (threadIdx.x % 32 == 0) warp_dots[threadIdx.x / 32] = state_dot;
-  __syncthreads();
   if (threadIdx.x == 0) {
     float total = 0.0f;
     for (int w = 0; w < kWarps; ++w) total += warp_dots[w];
@@ -398,18 +429,17 @@ __global__ void __launch_bounds__(kThreads) RowTermsKernel(StepBase b) {
   }
 }
 
-inline size_t RowTermsSmem() { return 9 * kTile * sizeof(float); }
+inline size_t RowTermsSmem() { return 5 * kTile * sizeof(float); }
 
 // Per (chunk, head), through W = T X and U = T Y (X = diag(beta gamma) K, Y = diag(beta) V):
 //   dT = tril(dW X^T + dUt Y^T);  dX = T^T dW;  dY = T^T dUt;  dA = strict_tril(-T^T dT T^T).
-__global__ void __launch_bounds__(kThreads) WYBackwardKernel(StepBase b) {
+// dT accumulates in registers; each product leaves through the tile its operand came from.
+__global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* T = reinterpret_cast<float*>(smem4);
-  float* dT = T + kTile;
-  float* x = dT + kTile;
+  float* x = T + kTile;
   float* y = x + kTile;
-  float* out = y + kTile;
-  float* G = out + kTile;
+  float* G = y + kTile;
   float* beta = G + kBT;
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y;
@@ -417,32 +447,47 @@ __global__ void __launch_bounds__(kThreads) WYBackwardKernel(StepBase b) {
   LoadRowScalars(G, beta, b, c, h);
   LoadMat(T, b.s.T + Mat(p, chunk, h));
   __syncthreads();
+  Acc dT;
+  dT.Zero();
+  // dT += dZ Z^T and dZ' = T^T dZ for one 64-wide slice of (dW, X) or (dUt, Y) in x and y.
+  const auto slice = [&](float* dst, int dim, int col0) {
+    __syncthreads();
+    Mma<false, true>(dT, x, y);
+    Acc out;
+    out.Zero();
+    Mma<true, false>(out, T, x);
+    __syncthreads();
+    out.Store(y, kLd);
+    __syncthreads();
+    StoreTok(dst, y, p, c, h, dim, col0);
+    __syncthreads();
+  };
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     LoadTok(x, b.s.dW, p, c, h, p.k_dim, k0, One{});
     LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
-    __syncthreads();
-    Mma<false, true>(dT, x, y, k0 > 0);
-    Mma<true, false>(out, T, x, false);
-    __syncthreads();
-    StoreTok(b.s.dX, out, p, c, h, p.k_dim, k0);
+    slice(b.s.dX, p.k_dim, k0);
   }
   for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
     LoadTok(x, b.s.dUt, p, c, h, p.v_dim, v0, One{});
     LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
-    __syncthreads();
-    Mma<false, true>(dT, x, y, true);
-    Mma<true, false>(out, T, x, false);
-    __syncthreads();
-    StoreTok(b.s.dY, out, p, c, h, p.v_dim, v0);
+    slice(b.s.dY, p.v_dim, v0);
   }
+  dT.Store(x, kLd);
+  __syncthreads();
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
-    if (!(i < c.rows && j <= i)) dT[i * kLd + j] = 0.0f;
+    if (!(i < c.rows && j <= i)) x[i * kLd + j] = 0.0f;
   }
   __syncthreads();
-  Mma<false, true>(out, dT, T, false);  // Z = dT T^T
+  Acc z;  // Z = dT T^T
+  z.Zero();
+  Mma<false, true>(z, x, T);
+  z.Store(y, kLd);
   __syncthreads();
-  Mma<true, false>(x, T, out, false);  // T^T Z
+  Acc tz;  // T^T Z
+  tz.Zero();
+  Mma<true, false>(tz, T, y);
+  tz.Store(x, kLd);
   __syncthreads();
   float* dA = b.s.dA + Mat(p, chunk, h);
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
@@ -451,7 +496,7 @@ __global__ void __launch_bounds__(kThreads) WYBackwardKernel(StepBase b) {
   }
 }
 
-inline size_t WYBackwardSmem() { return (5 * kTile + 2 * kBT) * sizeof(float); }
+inline size_t WYBackwardSmem() { return (3 * kTile + 2 * kBT) * sizeof(float); }
 
 // Per (chunk, head): the gradients of the normalised q and k of every row, with
 // dMD = dM * D (lower) and dAb = diag(beta) dA * D (strictly lower):
@@ -462,18 +507,17 @@ inline size_t WYBackwardSmem() { return (5 * kTile + 2 * kBT) * sizeof(float); }
 //          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
 //          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
 //   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
-__global__ void __launch_bounds__(kThreads) RowGradsKernel(StepBase b) {
+// Q K^T and K K^T accumulate in registers and dX is read straight into the row loop, so shared
+// memory holds six tiles: two blocks per multiprocessor.
+__global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* dmd = reinterpret_cast<float*>(smem4);
   float* dab = dmd + kTile;
-  float* qk = dab + kTile;
-  float* kk = qk + kTile;
-  float* q = kk + kTile;
+  float* q = dab + kTile;
   float* k = q + kTile;
   float* dq = k + kTile;
   float* dk = dq + kTile;
-  float* dx = dk + kTile;
-  float* G = dx + kTile;
+  float* G = dk + kTile;
   float* beta = G + kBT;
   float* q_sdo = beta + kBT;  // per-row dot products over K
   float* k_dkd = q_sdo + kBT;
@@ -496,24 +540,36 @@ __global__ void __launch_bounds__(kThreads) RowGradsKernel(StepBase b) {
   const float G_last = G[c.rows - 1];
   // Four threads per row, 16 columns each, for the row dot products.
   const int row = threadIdx.x / 4, col0 = threadIdx.x % 4 * 16;
+  Acc qk, kk;
+  qk.Zero(), kk.Zero();
   for (int k0 = 0; k0 < K; k0 += kBT) {
     LoadTok(q, b.s.qn, p, c, h, K, k0, One{});
     LoadTok(k, b.s.kn, p, c, h, K, k0, One{});
     LoadTok(dq, b.s.SdO, p, c, h, K, k0, One{});
     LoadTok(dk, b.s.dKd, p, c, h, K, k0, One{});
-    LoadTok(dx, b.s.dX, p, c, h, K, k0, One{});
+    float dx[16] = {};
+    if (row < c.rows) {
+      const float4* src =
+          reinterpret_cast<const float4*>(TokPtr(b.s.dX, p, c, row, h, K) + k0 + col0);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const float4 v = src[t];
+        dx[4 * t] = v.x, dx[4 * t + 1] = v.y, dx[4 * t + 2] = v.z, dx[4 * t + 3] = v.w;
+      }
+    }
     __syncthreads();
-    Mma<false, true>(qk, q, k, k0 > 0);
-    Mma<false, true>(kk, k, k, k0 > 0);
+    Mma<false, true>(qk, q, k);
+    Mma<false, true>(kk, k, k);
     float dots[3] = {0.0f, 0.0f, 0.0f};
     const float gamma = expf(G[row]), kd = expf(G_last - G[row]);
-    for (int j = col0; j < col0 + 16; ++j) {
-      const int e = row * kLd + j;
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int e = row * kLd + col0 + t;
       dots[0] += q[e] * dq[e];
       dots[1] += k[e] * dk[e];
-      dots[2] += k[e] * dx[e];
+      dots[2] += k[e] * dx[t];
       dq[e] *= p.scale * gamma;
-      dk[e] = kd * dk[e] + beta[row] * gamma * dx[e];
+      dk[e] = kd * dk[e] + beta[row] * gamma * dx[t];
     }
 #pragma unroll
     for (int t = 0; t < 3; ++t) {
@@ -531,15 +587,20 @@ __global__ void __launch_bounds__(kThreads) RowGradsKernel(StepBase b) {
     StoreTok(b.s.dKd, dk, p, c, h, K, k0);
     __syncthreads();
   }
-  // P and Qm over qk and kk; the beta terms dA * D * KK over dmd (each element read, then written,
+  qk.Store(q, kLd);
+  kk.Store(k, kLd);
+  __syncthreads();
+  float* QK = q;
+  float* KK = k;
+  // P and Qm over QK and KK; the beta terms dA * D * KK over dmd (each element read, then written,
   // by one thread).
   const float* dA = b.s.dA + Mat(p, chunk, h);
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT, x = i * kLd + j;
     const bool lower = j < i;
-    const float kk_ij = kk[x];
-    qk[x] = lower ? dmd[x] * qk[x] : 0.0f;
-    kk[x] = lower ? dab[x] * kk_ij : 0.0f;
+    const float kk_ij = KK[x];
+    QK[x] = lower ? dmd[x] * QK[x] : 0.0f;
+    KK[x] = lower ? dab[x] * kk_ij : 0.0f;
     dmd[x] = lower ? dA[e] * expf(G[i] - G[j]) * kk_ij : 0.0f;
   }
   __syncthreads();
@@ -548,7 +609,7 @@ __global__ void __launch_bounds__(kThreads) RowGradsKernel(StepBase b) {
     if (i < c.rows) {
       float sums = 0.0f, db = 0.0f;
       for (int j = 0; j < kBT; ++j) {
-        sums += qk[i * kLd + j] + kk[i * kLd + j] - qk[j * kLd + i] - kk[j * kLd + i];
+        sums += QK[i * kLd + j] + KK[i * kLd + j] - QK[j * kLd + i] - KK[j * kLd + i];
         db += dmd[i * kLd + j];
       }
       const float gamma = expf(G[i]);
@@ -565,7 +626,7 @@ __global__ void __launch_bounds__(kThreads) RowGradsKernel(StepBase b) {
   }
 }
 
-inline size_t RowGradsSmem() { return (9 * kTile + 5 * kBT) * sizeof(float); }
+inline size_t RowGradsSmem() { return (6 * kTile + 5 * kBT) * sizeof(float); }
 
 // Per (chunk, head), one warp per row: dq, dk from the gradients of the normalised rows
 // (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps) with the l2norm, else dx = dy); dv = beta dY;
