@@ -231,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
       const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
       const float val = u[x] - acc[x];
       if (r < c.rows) ut[int64_t{r} * p.heads * V + col] = val;
-      acc[x] = val * expf(G_last - G[r]);
+      acc[x] = val * __expf(G_last - G[r]);
     }
     __syncthreads();
     S.Scale(expf(G_last), nk);
@@ -315,8 +315,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
       const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
       const float scaled = p.scale * __bfloat162float(d_o_in[e]);
       d_o[x] = scaled;
-      d_og[x] = scaled * expf(G[r]);
-      dut[x] *= expf(G_last - G[r]);
+      d_og[x] = scaled * __expf(G[r]);
+      dut[x] *= __expf(G_last - G[r]);
     }
     const float* m = ring.Wait(g++);
     nvcuda::wmma::load_matrix_sync(du, dut + WarpRow() * kLdV + WarpCol(), kLdV,

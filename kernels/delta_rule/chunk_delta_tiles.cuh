@@ -16,6 +16,8 @@
 //   RowGradsKernel        (chunks, H)          gradients of the normalised q and k, dG, db
 //   FinishRowsKernel      (chunks, H)          dq, dk (l2norm backward), dv, dbeta
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
+// Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
+// near 0, where the factors matter; the tests' tolerances are four orders above that).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -297,7 +299,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   float* M = b.s.M + Mat(p, chunk, h);
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
-    const float D = i < c.rows && j <= i ? expf(G[i] - G[j]) : 0.0f;
+    const float D = i < c.rows && j <= i ? __expf(G[i] - G[j]) : 0.0f;
     M[e] = x[i * kLd + j] * D;
     y[i * kLd + j] = j < i ? beta[i] * y[i * kLd + j] * D : 0.0f;  // A
   }
@@ -533,7 +535,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   __syncthreads();
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
-    const float D = j <= i ? expf(G[i] - G[j]) : 0.0f;
+    const float D = j <= i ? __expf(G[i] - G[j]) : 0.0f;
     dmd[i * kLd + j] *= D;
     dab[i * kLd + j] *= beta[i] * D;
   }
@@ -601,7 +603,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
     const float kk_ij = KK[x];
     QK[x] = lower ? dmd[x] * QK[x] : 0.0f;
     KK[x] = lower ? dab[x] * kk_ij : 0.0f;
-    dmd[x] = lower ? dA[e] * expf(G[i] - G[j]) * kk_ij : 0.0f;
+    dmd[x] = lower ? dA[e] * __expf(G[i] - G[j]) * kk_ij : 0.0f;
   }
   __syncthreads();
   if (threadIdx.x < kBT) {
