@@ -1,5 +1,6 @@
-// The CUDA paths of the ops (gated_chunk_cuda.cc, layer_ops_cuda.cc), for the entry points in this
-// folder only. They exist in FLAME_CUDA builds (FLAME_WITH_CUDA defined by flame::torch_cuda).
+// The CUDA paths of the ops (gated_chunk_cuda.cc, delta_rule_cuda.cc, layer_ops_cuda.cc), for the
+// entry points in this folder only. They exist in FLAME_CUDA builds (FLAME_WITH_CUDA defined by
+// flame::torch_cuda).
 //
 // Each takes the entry point's arguments with at least one CUDA tensor among them, checks devices
 // and shapes with TORCH_CHECK (an error in the caller's arguments throws), and returns nullopt
@@ -14,6 +15,7 @@
 
 #include <optional>
 
+#include "worker/ops/delta_rule.h"
 #include "worker/ops/gla.h"
 #include "worker/ops/layer_ops.h"
 
@@ -29,6 +31,19 @@ std::optional<GlaOutput> ChunkSimpleGla(const torch::Tensor& q, const torch::Ten
                                         const torch::Tensor& g_gamma, double scale,
                                         const torch::Tensor& initial_state, bool output_final_state,
                                         const torch::Tensor& cu_seqlens);
+
+std::optional<DeltaRuleOutput> ChunkDeltaRule(const torch::Tensor& q, const torch::Tensor& k,
+                                              const torch::Tensor& v, const torch::Tensor& beta,
+                                              double scale, const torch::Tensor& initial_state,
+                                              bool output_final_state,
+                                              const torch::Tensor& cu_seqlens);
+
+std::optional<DeltaRuleOutput> ChunkGatedDeltaRule(const torch::Tensor& q, const torch::Tensor& k,
+                                                   const torch::Tensor& v, const torch::Tensor& g,
+                                                   const torch::Tensor& beta, double scale,
+                                                   const torch::Tensor& initial_state,
+                                                   bool output_final_state,
+                                                   const torch::Tensor& cu_seqlens);
 
 std::optional<RmsNormOutput> RmsNorm(const torch::Tensor& x, const torch::Tensor& residual,
                                      const torch::Tensor& weight, const torch::Tensor& gate,

@@ -1,11 +1,13 @@
-// Delta-rule entry points: argument checks, the naive recurrence, and the varlen split shared by
-// the algorithms. The chunked algorithm itself is in delta_rule_chunk_reference.cc.
+// Delta-rule entry points: argument checks, device dispatch (CUDA tensors to delta_rule_cuda.cc in
+// FLAME_CUDA builds), the naive recurrence, and the varlen split shared by the algorithms. The
+// chunked algorithm itself is in delta_rule_chunk_reference.cc.
 #include "worker/ops/delta_rule.h"
 
 #include <torch/torch.h>
 
 #include <vector>
 
+#include "worker/ops/cuda_ops.h"
 #include "worker/ops/delta_rule_internal.h"
 
 namespace flame::worker::ops {
@@ -149,7 +151,14 @@ DeltaRuleOutput ChunkDeltaRule(const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& beta, double scale,
                                const torch::Tensor& initial_state, bool output_final_state,
                                const torch::Tensor& cu_seqlens) {
-  // The place for a CUDA dispatch to kernels/delta_rule (see ChunkGla); none yet.
+#ifdef FLAME_WITH_CUDA
+  if (q.is_cuda()) {
+    if (auto out = cuda::ChunkDeltaRule(q, k, v, beta, scale, initial_state, output_final_state,
+                                        cu_seqlens)) {
+      return *std::move(out);
+    }
+  }
+#endif
   return ChunkDeltaRuleReference(q, k, v, /*g=*/{}, beta, scale, initial_state, output_final_state,
                                  cu_seqlens);
 }
@@ -160,7 +169,14 @@ DeltaRuleOutput ChunkGatedDeltaRule(const torch::Tensor& q, const torch::Tensor&
                                     const torch::Tensor& initial_state, bool output_final_state,
                                     const torch::Tensor& cu_seqlens) {
   TORCH_CHECK(g.defined(), "gated delta rule: g is required");
-  // The place for a CUDA dispatch to kernels/gated_delta_rule (see ChunkGla); none yet.
+#ifdef FLAME_WITH_CUDA
+  if (q.is_cuda()) {
+    if (auto out = cuda::ChunkGatedDeltaRule(q, k, v, g, beta, scale, initial_state,
+                                             output_final_state, cu_seqlens)) {
+      return *std::move(out);
+    }
+  }
+#endif
   return ChunkDeltaRuleReference(q, k, v, g, beta, scale, initial_state, output_final_state,
                                  cu_seqlens);
 }

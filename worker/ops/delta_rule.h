@@ -18,10 +18,11 @@
 // k to v's heads before the call. The output has v's dtype; the arithmetic is float32 (float64
 // for float64 inputs).
 //
-// ChunkDeltaRule and ChunkGatedDeltaRule are the entry points the models call; today they run the
-// differentiable ATen reference of delta_rule_chunk_reference.cc on every device, and a CUDA path
-// around kernels/delta_rule and kernels/gated_delta_rule can be dispatched in front of it the way
-// ChunkGla does. Naive* are the step-by-step recurrences that tests compare against.
+// ChunkDeltaRule and ChunkGatedDeltaRule are the entry points the models call. In FLAME_CUDA builds
+// CUDA tensors go to kernels/delta_rule and kernels/gated_delta_rule (delta_rule_cuda.cc, bf16
+// compute); everything else, and any shape those kernels cannot take, runs the differentiable
+// ATen reference of delta_rule_chunk_reference.cc. Naive* are the step-by-step recurrences that
+// tests compare against.
 #pragma once
 
 #include <torch/types.h>
