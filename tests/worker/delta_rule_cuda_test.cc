@@ -1,9 +1,9 @@
 // The delta rule and gated delta rule on the GPU (kernels/delta_rule and kernels/gated_delta_rule
 // through worker/ops/delta_rule_cuda.cc) against the float64 CPU reference, with the harness of
 // ops_cuda_testing.h: outputs, final states and the gradients of q, k, v, beta, g and the initial
-// state, on the shapes the GLA ops are tested on. Outputs and the q, k, v, beta and g gradients
-// must agree to a relative RMS error of 2e-2, the initial-state gradient to 5e-3. Skips where no
-// GPU is visible; compiled in FLAME_CUDA builds only.
+// state, on the shapes the GLA ops are tested on. Issue 3's bar: a relative RMS error of 5e-3 for
+// the outputs and the q, k, v and initial-state gradients, 2e-2 for the beta and g gradients.
+// Skips where no GPU is visible; compiled in FLAME_CUDA builds only.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -17,8 +17,8 @@
 namespace flame::worker::ops {
 namespace {
 
-constexpr double kTolerance = 2e-2;       // o, final state, dq, dk, dv, dbeta, dg
-constexpr double kStateTolerance = 5e-3;  // dh0
+constexpr double kTolerance = 5e-3;      // o, final state, dq, dk, dv, dh0
+constexpr double kGateTolerance = 2e-2;  // dbeta, dg
 
 // Runs one case through ChunkDeltaRule (or ChunkGatedDeltaRule) on both devices, with what the
 // layers feed the op (delta_rule.h): q and k L2-normalised along K before the bf16 rounding, beta
@@ -30,10 +30,10 @@ void ExpectDeltaRuleMatchesReference(const GatedCase& c, bool gated) {
       Bf16Input("q", unit_rows(torch::randn({c.B, c.T, c.H, c.K})), kTolerance),
       Bf16Input("k", unit_rows(torch::randn({c.B, c.T, c.H, c.K})), kTolerance),
       Bf16Input("v", torch::randn({c.B, c.T, c.H, c.V}), kTolerance),
-      {"beta", torch::sigmoid(torch::randn({c.B, c.T, c.H})), torch::kFloat, kTolerance},
-      {"h0", torch::randn({N, c.H, c.K, c.V}), torch::kFloat, c.states ? kStateTolerance : 0.0}};
+      {"beta", torch::sigmoid(torch::randn({c.B, c.T, c.H})), torch::kFloat, kGateTolerance},
+      {"h0", torch::randn({N, c.H, c.K, c.V}), torch::kFloat, c.states ? kTolerance : 0.0}};
   if (gated) {
-    inputs.push_back({"g", Gate({c.B, c.T, c.H}, c.normalizer), torch::kFloat, kTolerance});
+    inputs.push_back({"g", Gate({c.B, c.T, c.H}, c.normalizer), torch::kFloat, kGateTolerance});
   }
   const torch::Tensor cu = c.cu_seqlens.empty() ? torch::Tensor() : torch::tensor(c.cu_seqlens);
   const double scale = 1.0 / std::sqrt(static_cast<double>(c.K));
