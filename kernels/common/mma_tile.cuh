@@ -52,6 +52,16 @@ __device__ __forceinline__ void Mma(int m, int n, int kd, const bf16* a, int lda
   }
 }
 
+// TF32 products (MmaTf32Acc64, MmaTf32Tile64, MmaTf32Warp16) take fp32 tiles whose values are
+// already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each 32-bit operand, so
+// a kernel rounds a value once where it stages or produces an operand tile (RoundTf32) instead of
+// once per fragment load (each element is loaded by two to four warps). An operand left
+// unrounded is truncated: a bias of up to one TF32 ulp, not a fault.
+__device__ __forceinline__ float RoundTf32(float x) { return nvcuda::wmma::__float_to_tf32(x); }
+__device__ __forceinline__ float4 RoundTf32(float4 v) {
+  return make_float4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
+}
+
 // A 64 x 64 fp32 product C = A B accumulated in registers, for kernels that sum several products
 // before storing C once (no shared-memory tile for C, no load and store of C per product). Eight
 // warps: warp w owns the 16 x 16 tiles (w / 4, w % 4) and (w / 4 + 2, w % 4) of C, which share
@@ -74,6 +84,14 @@ struct Tf32Acc64 {
                                      nvcuda::wmma::mem_row_major);
     }
   }
+  // Rounds C to TF32, for a product that becomes an operand.
+  __device__ __forceinline__ void RoundToTf32() {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int t = 0; t < part[i].num_elements; ++t) part[i].x[t] = RoundTf32(part[i].x[t]);
+    }
+  }
   __device__ __forceinline__ void Scale(float f) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -93,10 +111,9 @@ struct Tf32Acc64 {
   }
 };
 
-// acc += A[64 x kd] B[kd x 64] from fp32 tiles, rounded to TF32 (10-bit mantissa) on the way into
-// the tensor cores: for kernels whose operands are fp32 scratch, where bf16 would cost accuracy.
-// Same layout flags and alignment contract as Mma (fp32 leading dimensions a multiple of 4; kd a
-// multiple of 8).
+// acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are
+// fp32 scratch, where bf16 would cost accuracy. Same layout flags and alignment contract as Mma
+// (fp32 leading dimensions a multiple of 4; kd a multiple of 8).
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaTf32Acc64(Tf32Acc64& acc, int kd, const float* a, int lda,
                                              const float* b, int ldb) {
@@ -109,14 +126,10 @@ __device__ __forceinline__ void MmaTf32Acc64(Tf32Acc64& acc, int kd, const float
     wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
     wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb + col : b + col * ldb + l, ldb);
 #pragma unroll
-    for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
-#pragma unroll
     for (int i = 0; i < 2; ++i) {
       const int row = Tf32Acc64::Row(i);
       wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
       wmma::load_matrix_sync(fa, kARowMajor ? a + row * lda + l : a + l * lda + row, lda);
-#pragma unroll
-      for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
       wmma::mma_sync(acc.part[i], fa, fb, acc.part[i]);
     }
   }
@@ -141,7 +154,15 @@ __device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, c
 // One warp's 16 x 16 fp32 accumulator, for kernels that keep C in registers across products.
 using Tf32Frag = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>;
 
-// acc += A[16 x kd] B[kd x 16] by one warp, rounded to TF32, with a pointing at A(0, 0) and b at
+// `acc` rounded to TF32, for a product that becomes an operand.
+__device__ __forceinline__ Tf32Frag RoundedTf32(const Tf32Frag& acc) {
+  Tf32Frag out;
+#pragma unroll
+  for (int t = 0; t < out.num_elements; ++t) out.x[t] = RoundTf32(acc.x[t]);
+  return out;
+}
+
+// acc += A[16 x kd] B[kd x 16] by one warp from TF32 values, with a pointing at A(0, 0) and b at
 // B(0, 0) (layout flags as Mma). The even and odd k-steps run as two independent MMA chains.
 // kd a multiple of 16.
 template <bool kARowMajor, bool kBRowMajor>
@@ -161,10 +182,6 @@ __device__ __forceinline__ void MmaTf32Warp16(Tf32Frag& acc, int kd, const float
       wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
       wmma::load_matrix_sync(fa, kARowMajor ? a + l : a + l * lda, lda);
       wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb : b + l, ldb);
-#pragma unroll
-      for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
-#pragma unroll
-      for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
       if (i == 0) {
         wmma::mma_sync(acc, fa, fb, acc);
       } else {

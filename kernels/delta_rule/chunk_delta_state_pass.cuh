@@ -65,7 +65,8 @@ struct StateTiles {
   tile::Tf32Frag part[kMaxSlices];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
-  // From / to a K x 32 slice in shared memory (leading dimension kLdV): own tiles only.
+  // From / to a K x 32 slice in shared memory (leading dimension kLdV): own tiles only. Store
+  // rounds the copy to TF32 with kOperand (the registers keep fp32).
   __device__ void Load(const float* s, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
@@ -75,14 +76,24 @@ struct StateTiles {
       }
     }
   }
+  template <bool kOperand>
   __device__ void Store(float* s, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
       if (j < nk) {
-        nvcuda::wmma::store_matrix_sync(s + Row(j) * kLdV + WarpCol(), part[j], kLdV,
-                                        nvcuda::wmma::mem_row_major);
+        float* own = s + Row(j) * kLdV + WarpCol();
+        nvcuda::wmma::store_matrix_sync(own, part[j], kLdV, nvcuda::wmma::mem_row_major);
+        if (kOperand) {  // in place, lane by lane over the warp's own tile
+          __syncwarp();
+          const int lane = threadIdx.x % 32;
+#pragma unroll
+          for (int e = lane; e < 16 * 16; e += 32) {
+            own[e / 16 * kLdV + e % 16] = tile::RoundTf32(own[e / 16 * kLdV + e % 16]);
+          }
+        }
       }
     }
+    __syncwarp();
   }
   // To the scratch copy of a K x V state (dst at column v0 of row 0; 32-byte aligned rows).
   __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
@@ -191,7 +202,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   float* ring_slots = G + kBT;
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kForwardRing>(ring_slots, seq.num_chunks * per_chunk, [&](int g, float* slot) {
+  auto ring = MakeRing<kForwardRing>(ring_slots, seq.num_chunks * per_chunk,
+                                     [&](int g, float* slot) {
     const Chunk c = MakeChunk(p, seq, g / per_chunk);
     const int item = g % per_chunk;
     if (item < nk) {
@@ -203,7 +215,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     }
   });
   ring.Start();
-  LoadState<kBV, kLdV>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V, v0);
+  LoadState<kBV, kLdV, false>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
+                              K, V, v0);
   __syncthreads();
   StateTiles S;
   S.Load(s_copy, nk);
@@ -211,7 +224,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const Chunk c = MakeChunk(p, seq, ci);
     // Earlier readers of s_copy, acc and G are behind the previous chunk's barriers.
-    S.Store(s_copy, nk);
+    S.Store<true>(s_copy, nk);
     S.StoreScratch(b.s.S + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
     tile::Tf32Frag ws;  // W S
@@ -231,7 +244,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
       const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
       const float val = u[x] - acc[x];
       if (r < c.rows) ut[int64_t{r} * p.heads * V + col] = val;
-      acc[x] = val * __expf(G_last - G[r]);
+      acc[x] = tile::RoundTf32(val * __expf(G_last - G[r]));
     }
     __syncthreads();
     S.Scale(expf(G_last), nk);
@@ -244,7 +257,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     }
   }
   if (p.final_state) {
-    S.Store(s_copy, nk);
+    S.Store<false>(s_copy, nk);
     __syncthreads();
     StoreState<kBV, kLdV>(p.final_state + State(p, n, h), s_copy, K, V, v0);
   }
@@ -288,7 +301,9 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     }
   });
   ring.Start();
-  LoadState<kBV, kLdV>(ds_copy, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V, v0);
+  LoadState<kBV, kLdV, false>(ds_copy,
+                              p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V,
+                              v0);
   __syncthreads();
   StateTiles dS;
   dS.Load(ds_copy, nk);
@@ -296,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
   for (int ci = seq.num_chunks - 1; ci >= 0; --ci) {
     const Chunk c = MakeChunk(p, seq, ci);
     // Earlier readers of ds_copy, dut, d_o, d_og and G are behind the previous chunk's barriers.
-    dS.Store(ds_copy, nk);
+    dS.Store<true>(ds_copy, nk);
     dS.StoreScratch(b.s.dS + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
     tile::Tf32Frag du;  // K dS, then + M^T (scale dO)
@@ -314,8 +329,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
       const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
       const float scaled = p.scale * __bfloat162float(d_o_in[e]);
-      d_o[x] = scaled;
-      d_og[x] = scaled * __expf(G[r]);
+      d_o[x] = tile::RoundTf32(scaled);
+      d_og[x] = tile::RoundTf32(scaled * __expf(G[r]));
       dut[x] *= __expf(G_last - G[r]);
     }
     const float* m = ring.Wait(g++);
@@ -328,7 +343,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
       const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
       if (r < c.rows) dut_out[int64_t{r} * p.heads * V + col] = dut[x];
-      d_o[x] = -dut[x];
+      d_o[x] = -tile::RoundTf32(dut[x]);
     }
     __syncthreads();
     dS.Scale(expf(G_last), nk);
@@ -348,7 +363,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     }
   }
   if (p.d_initial_state) {
-    dS.Store(ds_copy, nk);
+    dS.Store<false>(ds_copy, nk);
     __syncthreads();
     StoreState<kBV, kLdV>(p.d_initial_state + State(p, n, h), ds_copy, K, V, v0);
   }

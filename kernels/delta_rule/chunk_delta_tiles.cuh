@@ -63,9 +63,13 @@ __device__ inline T* TokPtr(T* base, const ChunkDeltaParams& p, const Chunk& c, 
   return base + ((c.row + r) * p.heads + h) * dim;
 }
 
-// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor, columns [col0, col0 + 64). A thread
-// moves the same float4 column of every 16th row, so its addresses advance by a fixed stride.
-template <typename RowScale>
+// Tiles that the loaders below stage are operands of the TF32 products, rounded to TF32 on the
+// way in (tile::RoundTf32), unless a loader says otherwise.
+
+// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor, columns [col0, col0 + 64); rounded
+// to TF32 with kOperand. A thread moves the same float4 column of every 16th row, so its
+// addresses advance by a fixed stride.
+template <bool kOperand = true, typename RowScale>
 __device__ inline void LoadTok(float* dst, const float* src, const ChunkDeltaParams& p,
                                const Chunk& c, int h, int dim, int col0, RowScale scale) {
   const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
@@ -79,7 +83,7 @@ __device__ inline void LoadTok(float* dst, const float* src, const ChunkDeltaPar
       const float f = scale(r);
       v.x *= f, v.y *= f, v.z *= f, v.w *= f;
     }
-    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = v;
+    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = kOperand ? tile::RoundTf32(v) : v;
   }
 }
 
@@ -112,7 +116,7 @@ __device__ inline void LoadIn(float* dst, const __nv_bfloat16* src, const Tensor
 #pragma unroll
       for (int q = 0; q < 4; ++q) {
         const float2 x = __bfloat1622float2(pairs[q]);
-        out[2 * q] = x.x * f, out[2 * q + 1] = x.y * f;
+        out[2 * q] = tile::RoundTf32(x.x * f), out[2 * q + 1] = tile::RoundTf32(x.y * f);
       }
     }
     float4* d = reinterpret_cast<float4*>(dst + r * kLd + c8 * 8);
@@ -141,7 +145,7 @@ __device__ inline void LoadMat(float* dst, const float* src, float scale = 1.0f)
     const int r = idx / 16, c4 = idx % 16;
     float4 v = *reinterpret_cast<const float4*>(src + r * kBT + c4 * 4);
     v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
-    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = v;
+    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = tile::RoundTf32(v);
   }
 }
 
@@ -154,18 +158,19 @@ __device__ inline void StoreMat(float* dst, const float* src) {
 }
 
 // Rows [0, rows) x columns [v0, v0 + kWidth) of a K x V state in global memory <-> shared memory
-// with leading dimension kLdS.
-template <int kWidth = kBT, int kLdS = kLd>
+// with leading dimension kLdS; the load rounds to TF32 with kOperand (not for a state that is
+// carried on in fp32).
+template <int kWidth, int kLdS, bool kOperand>
 __device__ inline void LoadState(float* dst, const float* src, int rows, int v_dim, int v0) {
   for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
     const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
-    *reinterpret_cast<float4*>(dst + r * kLdS + c4 * 4) =
-        src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
-            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    const float4 v = src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
+                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    *reinterpret_cast<float4*>(dst + r * kLdS + c4 * 4) = kOperand ? tile::RoundTf32(v) : v;
   }
 }
 
-template <int kWidth = kBT, int kLdS = kLd>
+template <int kWidth, int kLdS>
 __device__ inline void StoreState(float* dst, const float* src, int rows, int v_dim, int v0) {
   for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
     const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
@@ -189,7 +194,7 @@ __device__ inline void LoadRowScalars(float* G, float* beta, const StepBase& b, 
 // and no block barrier is needed between rows. Four lanes of a warp share a column j, lane
 // `part` holding T_mj for m = part, part + 4, ... in registers (zero above the diagonal); every
 // lane reads row i of A (a broadcast within the warp). Rows with A = 0 (past the chunk's end)
-// stay unit rows. Writes T; ends synchronised.
+// stay unit rows. Writes T (rounded to TF32: an operand); ends synchronised.
 __device__ inline void InvertUnitLower(float* T, const float* A) {
   const int lane = threadIdx.x % 32, j = threadIdx.x / 32 * 8 + lane / 4, part = lane % 4;
   float col[kBT / 4];
@@ -207,7 +212,7 @@ __device__ inline void InvertUnitLower(float* T, const float* A) {
     if (j < i && part == i % 4) col[i / 4] = -acc;
   }
 #pragma unroll
-  for (int t = 0; t < kBT / 4; ++t) T[(part + 4 * t) * kLd + j] = col[t];
+  for (int t = 0; t < kBT / 4; ++t) T[(part + 4 * t) * kLd + j] = tile::RoundTf32(col[t]);
   __syncthreads();
 }
 
@@ -252,8 +257,11 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
   for (int s = 0; s < kSlices; ++s) {
     const int e = s * 64 + lane * 2;
     if (e < p.k_dim) {
-      *reinterpret_cast<float2*>(b.s.qn + out + e) = make_float2(q[s].x * rq, q[s].y * rq);
-      *reinterpret_cast<float2*>(b.s.kn + out + e) = make_float2(k[s].x * rk, k[s].y * rk);
+      // Rounded to TF32 here: the state passes copy qn and kn into operand tiles as they are.
+      *reinterpret_cast<float2*>(b.s.qn + out + e) =
+          make_float2(tile::RoundTf32(q[s].x * rq), tile::RoundTf32(q[s].y * rq));
+      *reinterpret_cast<float2*>(b.s.kn + out + e) =
+          make_float2(tile::RoundTf32(k[s].x * rk), tile::RoundTf32(k[s].y * rk));
     }
   }
   if (lane == 0) {
@@ -300,29 +308,31 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
     const float D = i < c.rows && j <= i ? __expf(G[i] - G[j]) : 0.0f;
-    M[e] = x[i * kLd + j] * D;
+    M[e] = tile::RoundTf32(x[i * kLd + j] * D);  // an operand as it is in StateBackward
     y[i * kLd + j] = j < i ? beta[i] * y[i * kLd + j] * D : 0.0f;  // A
   }
   __syncthreads();
   InvertUnitLower(T, y);
   StoreMat(b.s.T + Mat(p, chunk, h), T);
-  // out = T z for one 64-wide slice z in y, through x to the scratch rows.
-  const auto product = [&](float* dst, int dim, int col0) {
+  // out = T z for one 64-wide slice z in y, through x to the scratch rows; rounded to TF32 for W,
+  // which the state passes copy into operand tiles as it is.
+  const auto product = [&](float* dst, int dim, int col0, bool operand) {
     __syncthreads();
     Acc out;
     out.Zero();
     Mma<false, false>(out, T, y);
+    if (operand) out.RoundToTf32();
     out.Store(x, kLd);
     __syncthreads();
     StoreTok(dst, x, p, c, h, dim, col0);
   };
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
-    product(b.s.W, p.k_dim, k0);
+    product(b.s.W, p.k_dim, k0, true);
   }
   for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
     LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
-    product(b.s.U, p.v_dim, v0);
+    product(b.s.U, p.v_dim, v0, false);
   }
 }
 
@@ -343,7 +353,8 @@ __global__ void __launch_bounds__(kThreads, 3) OutputKernel(StepBase b) {
   acc.Zero();
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     LoadTok(q, b.s.qn, p, c, h, p.k_dim, k0, [&](int r) { return p.scale * expf(G[r]); });
-    LoadState(s, b.s.S + State(p, chunk, h) + int64_t{k0} * p.v_dim, kBT, p.v_dim, v0);
+    LoadState<kBT, kLd, true>(s, b.s.S + State(p, chunk, h) + int64_t{k0} * p.v_dim, kBT, p.v_dim,
+                              v0);
     __syncthreads();
     Mma<false, false>(acc, q, s);
     __syncthreads();
@@ -388,8 +399,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     Acc dw, dkd, sdo;
     dw.Zero(), dkd.Zero(), sdo.Zero();
     for (int v0 = 0; v0 < V; v0 += kBT) {
-      LoadState(s, S + int64_t{k0} * V, kBT, V, v0);
-      LoadState(ds, dS + int64_t{k0} * V, kBT, V, v0);
+      LoadState<kBT, kLd, true>(s, S + int64_t{k0} * V, kBT, V, v0);
+      LoadState<kBT, kLd, true>(ds, dS + int64_t{k0} * V, kBT, V, v0);
       LoadTok(dut, b.s.dUt, p, c, h, V, v0, One{});
       LoadTok(ut, b.s.Ut, p, c, h, V, v0, One{});
       LoadIn(d_o, p.d_o, p.v_strides, c, h, v0, One{});
@@ -478,12 +489,13 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   __syncthreads();
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
-    if (!(i < c.rows && j <= i)) x[i * kLd + j] = 0.0f;
+    x[i * kLd + j] = i < c.rows && j <= i ? tile::RoundTf32(x[i * kLd + j]) : 0.0f;
   }
   __syncthreads();
   Acc z;  // Z = dT T^T
   z.Zero();
   Mma<false, true>(z, x, T);
+  z.RoundToTf32();
   z.Store(y, kLd);
   __syncthreads();
   Acc tz;  // T^T Z
@@ -536,8 +548,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
     const float D = j <= i ? __expf(G[i] - G[j]) : 0.0f;
-    dmd[i * kLd + j] *= D;
-    dab[i * kLd + j] *= beta[i] * D;
+    dmd[i * kLd + j] = tile::RoundTf32(dmd[i * kLd + j] * D);
+    dab[i * kLd + j] = tile::RoundTf32(dab[i * kLd + j] * beta[i] * D);
   }
   const float G_last = G[c.rows - 1];
   // Four threads per row, 16 columns each, for the row dot products.
@@ -547,8 +559,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   for (int k0 = 0; k0 < K; k0 += kBT) {
     LoadTok(q, b.s.qn, p, c, h, K, k0, One{});
     LoadTok(k, b.s.kn, p, c, h, K, k0, One{});
-    LoadTok(dq, b.s.SdO, p, c, h, K, k0, One{});
-    LoadTok(dk, b.s.dKd, p, c, h, K, k0, One{});
+    LoadTok<false>(dq, b.s.SdO, p, c, h, K, k0, One{});  // accumulators, kept in fp32
+    LoadTok<false>(dk, b.s.dKd, p, c, h, K, k0, One{});
     float dx[16] = {};
     if (row < c.rows) {
       const float4* src =
