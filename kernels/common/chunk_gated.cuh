@@ -32,6 +32,7 @@
 
 #include "kernels/common/chunk_gated_params.h"
 #include "kernels/common/chunk_seqs.h"
+#include "kernels/common/launch_checks.h"
 #include "kernels/common/mma_tile.cuh"
 
 namespace flame::kernels::gated_chunk {
@@ -753,12 +754,6 @@ inline size_t WorkspaceBytes(const ChunkGatedParams& p, bool backward) {
   return (backward ? 2 : 1) * AlignUp(StateBytes(p, TotalChunks(p), sizeof(bf16)));
 }
 
-inline bool Aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
-
-inline bool StridesOk(const TensorStrides& s) {
-  return s.batch % 8 == 0 && s.token % 8 == 0 && s.head % 8 == 0;
-}
-
 inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward) {
   const bool shapes = p.heads > 0 && p.k_dim > 0 && p.v_dim > 0 && p.k_dim % kBK == 0 &&
                       p.v_dim % kBK == 0 && p.seq_len > 0 &&
@@ -768,11 +763,12 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
                                                      p.total_chunks > 0);
   const bool gates = gate == Gate::kChannel ? p.g != nullptr
                                             : (p.g != nullptr) != (p.g_gamma != nullptr);
-  const bool inputs = p.q && p.k && p.v && Aligned16(p.q) && Aligned16(p.k) && Aligned16(p.v) &&
-                      StridesOk(p.qk_strides) && StridesOk(p.v_strides) && p.workspace;
-  const bool outputs = backward ? p.d_o && p.dq && p.dk && p.dv && Aligned16(p.d_o) &&
-                                      Aligned16(p.dv) && (p.dg != nullptr || p.g == nullptr)
-                                : p.o != nullptr && Aligned16(p.o);
+  const bool inputs = p.q && p.k && p.v && IsAligned16(p.q) && IsAligned16(p.k) &&
+                      IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
+                      Bf16RowsAligned(p.v_strides) && p.workspace;
+  const bool outputs = backward ? p.d_o && p.dq && p.dk && p.dv && IsAligned16(p.d_o) &&
+                                      IsAligned16(p.dv) && (p.dg != nullptr || p.g == nullptr)
+                                : p.o != nullptr && IsAligned16(p.o);
   return shapes && gates && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;
 }
 

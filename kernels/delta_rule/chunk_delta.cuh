@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/launch_checks.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_steps.h"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
@@ -42,15 +43,6 @@ inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, co
   return cudaGetLastError();
 }
 
-inline bool Aligned(const void* ptr, size_t bytes) {
-  return reinterpret_cast<uintptr_t>(ptr) % bytes == 0;
-}
-
-// The kernels move q, k, v, d_o and o in 4- and 16-byte pieces.
-inline bool Vectorisable(const TensorStrides& s) {
-  return s.batch % 8 == 0 && s.token % 8 == 0 && s.head % 8 == 0;
-}
-
 inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward) {
   const bool shapes =
       p.heads > 0 && p.k_dim > 0 && p.k_dim <= kMaxK && p.k_dim % kBT == 0 && p.v_dim > 0 &&
@@ -60,12 +52,13 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
            : p.batch == 1 && p.num_seqs > 0 && p.chunk_offsets != nullptr && p.total_chunks > 0);
   const bool gate = !gated || (p.a != nullptr &&
                                (!p.gate_in_kernel || (p.A_log != nullptr && p.dt_bias != nullptr)));
-  const bool inputs = p.q && p.k && p.v && p.beta && Aligned(p.q, 16) && Aligned(p.k, 16) &&
-                      Aligned(p.v, 16) && Vectorisable(p.qk_strides) &&
-                      Vectorisable(p.v_strides) && p.workspace && Aligned(p.workspace, 256);
-  const bool outputs = backward ? p.d_o && Aligned(p.d_o, 16) && p.dq && p.dk && p.dv &&
+  // The kernels move q, k, v, d_o and o in 4- and 16-byte pieces.
+  const bool inputs = p.q && p.k && p.v && p.beta && IsAligned16(p.q) && IsAligned16(p.k) &&
+                      IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
+                      Bf16RowsAligned(p.v_strides) && p.workspace && IsAligned(p.workspace, 256);
+  const bool outputs = backward ? p.d_o && IsAligned16(p.d_o) && p.dq && p.dk && p.dv &&
                                       p.dbeta && (!gated || p.da)
-                                : p.o != nullptr && Aligned(p.o, 16);
+                                : p.o != nullptr && IsAligned16(p.o);
   return shapes && gate && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;
 }
 

@@ -13,6 +13,8 @@
 
 #include <cstdint>
 
+#include "kernels/common/launch_checks.h"
+
 namespace flame::kernels {
 
 inline constexpr int kVecElems = 8;       // bf16 values per 16-byte vector
@@ -36,8 +38,6 @@ inline RowLayout ChooseRowLayout(int dim, int vecs_per_thread = kRowVecs) {
   layout.rows_per_block = tpr >= kRowBlockThreads ? 1 : kRowBlockThreads / tpr;
   return layout;
 }
-
-inline bool IsAligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
 
 __device__ __forceinline__ void LoadBf16x8(const __nv_bfloat16* p, float (&f)[kVecElems]) {
   const uint4 u = *reinterpret_cast<const uint4*>(p);
