@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -77,31 +78,56 @@ inline RunRecord Train(const TrainConfig& config, DirectiveSource* directives = 
   return run;
 }
 
-// Two ranks in two threads over a store communicator; both get the same directive script.
+// Two ranks of one config in two threads over a store communicator, both with the same directive
+// script (continue until stop_step, then `stop`; stop_step 0: always continue). Runs in the
+// constructor and keeps the trainers, so that a test can look at either rank's model and losses.
+class TwoRankRun {
+ public:
+  explicit TwoRankRun(const TrainConfig& config, int64_t stop_step = 0,
+                      Directive stop = Directive::kContinue)
+      : directives_{DirectiveAt(stop_step > 0 ? stop_step : INT64_MAX, stop),
+                    DirectiveAt(stop_step > 0 ? stop_step : INT64_MAX, stop)} {
+    StoreOptions options;
+    options.timeout = std::chrono::seconds(60);
+    communicators_[0] = CreateStoreCommunicator(0, 2, options);
+    options.port = StorePort(*communicators_[0]);
+    communicators_[1] = CreateStoreCommunicator(1, 2, options);
+    for (int rank : {0, 1}) {
+      trainers_[rank] = std::make_unique<Trainer>(
+          config, TrainerContext{communicators_[rank].get(), &sinks_[rank], &directives_[rank]});
+    }
+    std::thread other([this] { results_[1] = trainers_[1]->Run(); });
+    results_[0] = trainers_[0]->Run();
+    other.join();
+  }
+
+  Trainer& trainer(int rank) { return *trainers_[rank]; }
+  const RecordingSink& sink(int rank) const { return sinks_[rank]; }
+  const absl::StatusOr<TrainResult>& result(int rank) const { return results_[rank]; }
+
+ private:
+  std::unique_ptr<Communicator> communicators_[2];
+  RecordingSink sinks_[2];
+  DirectiveAt directives_[2];
+  std::unique_ptr<Trainer> trainers_[2];
+  absl::StatusOr<TrainResult> results_[2] = {absl::UnknownError("not run"),
+                                             absl::UnknownError("not run")};
+};
+
+// A TwoRankRun as rank 0's record, checking that rank 1 agrees with it.
 inline RunRecord TrainTwoRanks(const TrainConfig& config, int64_t stop_step = 0,
                                Directive stop = Directive::kContinue) {
-  StoreOptions options;
-  options.timeout = std::chrono::seconds(60);
-  std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
-  options.port = StorePort(*rank0);
-  std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
-  RecordingSink sink0, sink1;
-  DirectiveAt directives0(stop_step > 0 ? stop_step : INT64_MAX, stop);
-  DirectiveAt directives1(stop_step > 0 ? stop_step : INT64_MAX, stop);
-  Trainer trainer0(config, {rank0.get(), &sink0, &directives0});
-  Trainer trainer1(config, {rank1.get(), &sink1, &directives1});
-  absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
-  std::thread other([&] { result1 = trainer1.Run(); });
-  RunRecord run = Record(trainer0, trainer0.Run());
-  other.join();
+  TwoRankRun ranks(config, stop_step, stop);
+  RunRecord run = Record(ranks.trainer(0), ranks.result(0));
   // Rank 1 must succeed whenever rank 0 does (a failure on both is the caller's to check).
   if (run.result.ok()) {
-    EXPECT_TRUE(result1.ok()) << "rank 1: " << result1.status();
+    EXPECT_TRUE(ranks.result(1).ok()) << "rank 1: " << ranks.result(1).status();
   }
-  if (result1.ok() && run.result.ok()) {
-    EXPECT_EQ(trainer1.step_losses(), trainer0.step_losses()) << "the ranks disagree";
+  if (ranks.result(1).ok() && run.result.ok()) {
+    EXPECT_EQ(ranks.trainer(1).step_losses(), ranks.trainer(0).step_losses())
+        << "the ranks disagree";
   }
-  run.progress = sink0.progress_;
+  run.progress = ranks.sink(0).progress_;
   return run;
 }
 

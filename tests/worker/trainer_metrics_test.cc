@@ -7,8 +7,6 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <thread>
 
 #include "nlohmann/json.hpp"
 #include "tests/worker/event_file_decoder.h"
@@ -24,6 +22,7 @@ namespace {
 using testing::DemoData;
 using testing::DemoTrainConfig;
 using testing::RecordingSink;
+using testing::TwoRankRun;
 using testing::TempDir;
 
 absl::StatusOr<TrainResult> Train(const TrainConfig& config, RecordingSink* sink) {
@@ -187,23 +186,11 @@ TEST(TrainerMetrics, TwoRanksReportTheMeanOfTheirEvalShares) {
   config.metrics.eval_dataset = {DemoData("fortunes-valid.jsonl")};
   config.metrics.eval_steps = 2;
   config.checkpoint.enable_checkpoint = false;
-  StoreOptions options;
-  options.timeout = std::chrono::seconds(60);
-  std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
-  options.port = StorePort(*rank0);
-  std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
-  RecordingSink sink0, sink1;
-  ContinueDirectiveSource directives0, directives1;
-  Trainer trainer0(config, {rank0.get(), &sink0, &directives0});
-  Trainer trainer1(config, {rank1.get(), &sink1, &directives1});
-  absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
-  std::thread other([&] { result1 = trainer1.Run(); });
-  const absl::StatusOr<TrainResult> result0 = trainer0.Run();
-  other.join();
-  ASSERT_TRUE(result0.ok()) << result0.status();
-  ASSERT_TRUE(result1.ok()) << result1.status();
-  ASSERT_FALSE(sink0.progress_.empty());
-  const ProgressUpdate& last = sink0.progress_.back();
+  TwoRankRun ranks(config);
+  ASSERT_TRUE(ranks.result(0).ok()) << ranks.result(0).status();
+  ASSERT_TRUE(ranks.result(1).ok()) << ranks.result(1).status();
+  ASSERT_FALSE(ranks.sink(0).progress_.empty());
+  const ProgressUpdate& last = ranks.sink(0).progress_.back();
   ASSERT_EQ(last.eval_step, 2);
   EXPECT_EQ(last.tokens, 2 * 2 * 4 * 64);
 
@@ -216,7 +203,7 @@ TEST(TrainerMetrics, TwoRanksReportTheMeanOfTheirEvalShares) {
     absl::StatusOr<std::unique_ptr<Evaluator>> evaluator =
         Evaluator::Create(config, tokenizer->get(), rank, 2);
     ASSERT_TRUE(evaluator.ok()) << evaluator.status();
-    const absl::StatusOr<double> loss = (*evaluator)->LocalLoss(trainer0.model());
+    const absl::StatusOr<double> loss = (*evaluator)->LocalLoss(ranks.trainer(0).model());
     ASSERT_TRUE(loss.ok()) << loss.status();
     sum += *loss;
   }
@@ -272,21 +259,9 @@ TEST(TrainerMetrics, SaveForAllRanksGivesEveryRankItsFolderUnderOneRun) {
   config.metrics.save_for_all_ranks = true;
   config.metrics.save_tb_folder = "events";
   config.checkpoint.enable_checkpoint = false;
-  StoreOptions options;
-  options.timeout = std::chrono::seconds(60);
-  std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
-  options.port = StorePort(*rank0);
-  std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
-  RecordingSink sink0, sink1;
-  ContinueDirectiveSource directives0, directives1;
-  Trainer trainer0(config, {rank0.get(), &sink0, &directives0});
-  Trainer trainer1(config, {rank1.get(), &sink1, &directives1});
-  absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
-  std::thread other([&] { result1 = trainer1.Run(); });
-  const absl::StatusOr<TrainResult> result0 = trainer0.Run();
-  other.join();
-  ASSERT_TRUE(result0.ok()) << result0.status();
-  ASSERT_TRUE(result1.ok()) << result1.status();
+  TwoRankRun ranks(config);
+  ASSERT_TRUE(ranks.result(0).ok()) << ranks.result(0).status();
+  ASSERT_TRUE(ranks.result(1).ok()) << ranks.result(1).status();
   std::vector<std::string> files = FilesContaining(dir.path() + "/events", "tfevents");
   ASSERT_EQ(files.size(), 2u);
   std::sort(files.begin(), files.end());
@@ -301,7 +276,7 @@ TEST(TrainerMetrics, SaveForAllRanksGivesEveryRankItsFolderUnderOneRun) {
     ASSERT_EQ(file.events.size(), 3u) << path;  // version, steps 1 and 2
     // The losses are reduced over ranks before logging: both ranks write the same value.
     EXPECT_FLOAT_EQ(file.events[2].scalars.at("loss_metrics/global_avg_loss"),
-                    static_cast<float>(sink0.progress_.back().loss));
+                    static_cast<float>(ranks.sink(0).progress_.back().loss));
   }
 }
 

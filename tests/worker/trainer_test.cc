@@ -7,8 +7,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <mutex>
-#include <thread>
 
 #include "common/files.h"
 #include "nlohmann/json.hpp"
@@ -23,6 +21,7 @@ namespace {
 using testing::DemoTrainConfig;
 using testing::DirectiveAt;
 using testing::RecordingSink;
+using testing::TwoRankRun;
 using testing::TempDir;
 
 struct RunRecord {
@@ -123,33 +122,21 @@ TEST(Trainer, TwoRanksAverageGradientsAndStayIdentical) {
   TrainConfig config = DemoTrainConfig(dir.path());
   config.training.steps = 4;
   config.checkpoint.interval = 2;
-  StoreOptions options;
-  options.timeout = std::chrono::seconds(60);
-  std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
-  options.port = StorePort(*rank0);
-  std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
-  RecordingSink sink0, sink1;
-  ContinueDirectiveSource directives0, directives1;
-  Trainer trainer0(config, {rank0.get(), &sink0, &directives0});
-  Trainer trainer1(config, {rank1.get(), &sink1, &directives1});
-  absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
-  std::thread other([&] { result1 = trainer1.Run(); });
-  const absl::StatusOr<TrainResult> result0 = trainer0.Run();
-  other.join();
-  ASSERT_TRUE(result0.ok()) << result0.status();
-  ASSERT_TRUE(result1.ok()) << result1.status();
-  EXPECT_EQ(trainer0.step_losses(), trainer1.step_losses());
-  const auto params1 = trainer1.model().named_parameters();
-  for (const auto& item : trainer0.model().named_parameters()) {
+  TwoRankRun ranks(config);
+  ASSERT_TRUE(ranks.result(0).ok()) << ranks.result(0).status();
+  ASSERT_TRUE(ranks.result(1).ok()) << ranks.result(1).status();
+  EXPECT_EQ(ranks.trainer(0).step_losses(), ranks.trainer(1).step_losses());
+  const auto params1 = ranks.trainer(1).model().named_parameters();
+  for (const auto& item : ranks.trainer(0).model().named_parameters()) {
     EXPECT_TRUE(torch::equal(item.value(), params1[item.key()])) << item.key();
   }
-  ASSERT_FALSE(sink0.progress_.empty());
-  EXPECT_TRUE(sink1.progress_.empty());  // only rank 0 reports
-  EXPECT_EQ(sink0.progress_.back().tokens, 4 * 2 * 4 * 64);
+  ASSERT_FALSE(ranks.sink(0).progress_.empty());
+  EXPECT_TRUE(ranks.sink(1).progress_.empty());  // only rank 0 reports
+  EXPECT_EQ(ranks.sink(0).progress_.back().tokens, 4 * 2 * 4 * 64);
   // The checkpoint holds both ranks' data positions.
   CheckpointStore store(config.CheckpointRoot());
   ASSERT_TRUE(store.Verify(4).ok());
-  EXPECT_EQ(sink0.checkpoints_.size(), 2u);
+  EXPECT_EQ(ranks.sink(0).checkpoints_.size(), 2u);
 }
 
 // Every rank's data position in step-N/data_positions.json.
@@ -170,22 +157,10 @@ TEST(Trainer, TwoRanksResumedAsOneContinueWithoutRepeatingOrSkippingData) {
   TempDir dir;
   const TrainConfig config = DemoTrainConfig(dir.path());  // B 4 x T 64, 8 steps
   {  // Two ranks pause after step 4 and save it.
-    StoreOptions options;
-    options.timeout = std::chrono::seconds(60);
-    std::unique_ptr<Communicator> rank0 = CreateStoreCommunicator(0, 2, options);
-    options.port = StorePort(*rank0);
-    std::unique_ptr<Communicator> rank1 = CreateStoreCommunicator(1, 2, options);
-    RecordingSink sink0, sink1;
-    DirectiveAt pause0(4, Directive::kCheckpointStop), pause1(4, Directive::kCheckpointStop);
-    Trainer trainer0(config, {rank0.get(), &sink0, &pause0});
-    Trainer trainer1(config, {rank1.get(), &sink1, &pause1});
-    absl::StatusOr<TrainResult> result1 = absl::UnknownError("not run");
-    std::thread other([&] { result1 = trainer1.Run(); });
-    const absl::StatusOr<TrainResult> result0 = trainer0.Run();
-    other.join();
-    ASSERT_TRUE(result0.ok()) << result0.status();
-    ASSERT_TRUE(result1.ok()) << result1.status();
-    EXPECT_EQ(result0->outcome, TrainOutcome::kPaused);
+    TwoRankRun ranks(config, 4, Directive::kCheckpointStop);
+    ASSERT_TRUE(ranks.result(0).ok()) << ranks.result(0).status();
+    ASSERT_TRUE(ranks.result(1).ok()) << ranks.result(1).status();
+    EXPECT_EQ(ranks.result(0)->outcome, TrainOutcome::kPaused);
   }
   RecordingSink sink;
   ContinueDirectiveSource keep_going;
