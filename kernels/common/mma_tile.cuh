@@ -154,14 +154,6 @@ __device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, c
 // One warp's 16 x 16 fp32 accumulator, for kernels that keep C in registers across products.
 using Tf32Frag = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>;
 
-// `acc` rounded to TF32, for a product that becomes an operand.
-__device__ __forceinline__ Tf32Frag RoundedTf32(const Tf32Frag& acc) {
-  Tf32Frag out;
-#pragma unroll
-  for (int t = 0; t < out.num_elements; ++t) out.x[t] = RoundTf32(acc.x[t]);
-  return out;
-}
-
 // acc += A[16 x kd] B[kd x 16] by one warp from TF32 values, with a pointing at A(0, 0) and b at
 // B(0, 0) (layout flags as Mma). The even and odd k-steps run as two independent MMA chains.
 // kd a multiple of 16.
