@@ -1,15 +1,15 @@
 // Tensor-core products of small shared-memory tiles (bf16 or fp32 operands, fp32 results), for
-// kernels that stage every operand in shared memory. WMMA fragments run on sm_80 and sm_90.
+// kernels that stage every operand in shared memory: mma.sync with ldmatrix, on sm_80 and sm_90.
 //
-// Alignment contract (WMMA): tile base pointers 32-byte aligned; bf16 leading dimensions a
-// multiple of 8 elements, fp32 ones a multiple of 4; every 16-row or 16-column step of a tile then
-// stays 32-byte aligned when the leading dimension is a multiple of 16 bytes (we pad rows by 16
-// bytes to spread shared-memory banks: kLdBf16 = 72, kLdF32 = 68).
+// Alignment contract: tile base pointers 16-byte aligned; bf16 leading dimensions a multiple of
+// 8 elements, fp32 ones a multiple of 4, so that every row a fragment load reads starts on 16
+// bytes. Rows are padded by 16 bytes to spread them over the shared-memory banks (kLdBf16 = 72,
+// kLdF32 = 68).
 #pragma once
 
 #include <cuda_bf16.h>
-#include <mma.h>
 
+#include <cstdint>
 #include <type_traits>
 
 namespace flame::kernels::tile {
@@ -19,47 +19,195 @@ using bf16 = __nv_bfloat16;
 constexpr int kLdBf16 = 72;  // leading dimension of a 64-wide bf16 tile: 64 x 72 x 2 = 9216 B
 constexpr int kLdF32 = 68;   // leading dimension of a 64-wide fp32 tile: 64 x 68 x 4 = 17408 B
 
-// C[m x n] = (accumulate ? C : 0) + A[m x kd] * B[kd x n]; m, n, kd multiples of 16.
-// kARowMajor: A(i, l) = a[i * lda + l], else a[l * lda + i] (A is the transpose of a stored tile).
-// kBRowMajor: B(l, j) = b[l * ldb + j], else b[j * ldb + l].
-// The warps of the block share the 16x16 output tiles; the caller synchronises around the call.
-template <bool kARowMajor, bool kBRowMajor, int kWarps>
-__device__ __forceinline__ void Mma(int m, int n, int kd, const bf16* a, int lda, const bf16* b,
-                                    int ldb, float* c, int ldc, bool accumulate) {
-  namespace wmma = nvcuda::wmma;
-  using LayoutA = std::conditional_t<kARowMajor, wmma::row_major, wmma::col_major>;
-  using LayoutB = std::conditional_t<kBRowMajor, wmma::row_major, wmma::col_major>;
-  const int warp = threadIdx.x / 32;
-  const int tiles_n = n / 16;
-  for (int tile = warp; tile < (m / 16) * tiles_n; tile += kWarps) {
-    const int tm = tile / tiles_n, tn = tile % tiles_n;
-    float* pc = c + tm * 16 * ldc + tn * 16;
-    wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc;
-    if (accumulate) {
-      wmma::load_matrix_sync(acc, pc, ldc, wmma::mem_row_major);
-    } else {
-      wmma::fill_fragment(acc, 0.0f);
-    }
-#pragma unroll 4
-    for (int l = 0; l < kd; l += 16) {
-      wmma::fragment<wmma::matrix_a, 16, 16, 16, bf16, LayoutA> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> fb;
-      wmma::load_matrix_sync(fa, kARowMajor ? a + tm * 16 * lda + l : a + l * lda + tm * 16, lda);
-      wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb + tn * 16 : b + tn * 16 * ldb + l, ldb);
-      wmma::mma_sync(acc, fa, fb, acc);
-    }
-    wmma::store_matrix_sync(pc, acc, ldc, wmma::mem_row_major);
-  }
-}
-
 // TF32 products (MmaTf32Acc64, MmaTf32Tile64, MmaTf32Warp16) take fp32 tiles whose values are
 // already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each 32-bit operand, so
 // a kernel rounds a value once where it stages or produces an operand tile (RoundTf32) instead of
 // once per fragment load (each element is loaded by two to four warps). An operand left
 // unrounded is truncated: a bias of up to one TF32 ulp, not a fault.
-__device__ __forceinline__ float RoundTf32(float x) { return nvcuda::wmma::__float_to_tf32(x); }
+__device__ __forceinline__ float RoundTf32(float x) {
+  uint32_t r;  // round to nearest, ties away from zero; the low 13 bits come back zero
+  asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+  return __uint_as_float(r);
+}
 __device__ __forceinline__ float4 RoundTf32(float4 v) {
   return make_float4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
+}
+
+// The TF32 products are written with the PTX instructions (mma.sync m16n8k8, ldmatrix,
+// ld/st.shared) rather than WMMA: WMMA's fragment loads take generic 64-bit pointers, and where
+// the compiler cannot prove a tile is in shared memory (a ring slot handed out by a struct, say)
+// every element became a generic load with 64-bit address arithmetic, which is what the state
+// passes spent most of their instructions on. Here every operand address is a 32-bit shared
+// address computed once per lane, and the k steps are constant offsets from it.
+namespace ptx {
+
+__device__ __forceinline__ uint32_t SharedAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t LoadShared(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 LoadShared2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void StoreShared2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+// Four 8 x (4 x 32-bit) matrices; lane l gives the row address of row l % 8 of matrix l / 8 and
+// receives, from each matrix, 32-bit element (l / 4, l % 4): the TF32 fragment layout.
+__device__ __forceinline__ void LoadMatrix4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LoadMatrix4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c += a b for one m16n8k16 bf16 tile.
+__device__ __forceinline__ void MmaM16N8K16Bf16(float* c, const uint32_t (&a)[4], uint32_t b0,
+                                                uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c += a b for one m16n8k8 TF32 tile (fragments in the PTX ISA's layout).
+__device__ __forceinline__ void MmaM16N8K8(float* c, const uint32_t (&a)[4], uint32_t b0,
+                                           uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace ptx
+
+// One warp's 16 x 16 fp32 accumulator as two m16n8 halves: lane (g, t) = (lane / 4, lane % 4)
+// holds, for half h, x[4h..4h+1] = C(g, 8h + 2t .. +1) and x[4h+2..4h+3] = C(g + 8, same columns).
+struct Tf32Frag {
+  float x[8];
+
+  __device__ __forceinline__ static int LaneRow() { return threadIdx.x % 32 / 4; }
+  __device__ __forceinline__ static int LaneCol() { return threadIdx.x % 4 * 2; }
+
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = 0.0f;
+  }
+  __device__ __forceinline__ void Scale(float f) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] *= f;
+  }
+  __device__ __forceinline__ void RoundToTf32() {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] = RoundTf32(x[e]);
+  }
+  __device__ __forceinline__ void Add(const Tf32Frag& o) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) x[e] += o.x[e];
+  }
+  // From / to a 16 x 16 tile of a shared-memory matrix at c (leading dimension ldc, 8-byte
+  // aligned rows). With kRound the stored copy is rounded to TF32 (the registers keep fp32).
+  __device__ __forceinline__ void Load(const float* c, int ldc) {
+    const uint32_t base = ptx::SharedAddr(c + LaneRow() * ldc + LaneCol());
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float2 v = ptx::LoadShared2(base + 4 * (half * 8 * ldc + h * 8));
+        x[4 * h + 2 * half] = v.x;
+        x[4 * h + 2 * half + 1] = v.y;
+      }
+    }
+  }
+  template <bool kRound = false>
+  __device__ __forceinline__ void Store(float* c, int ldc) const {
+    const uint32_t base = ptx::SharedAddr(c + LaneRow() * ldc + LaneCol());
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const float a = x[4 * h + 2 * half], b = x[4 * h + 2 * half + 1];
+        ptx::StoreShared2(base + 4 * (half * 8 * ldc + h * 8), kRound ? RoundTf32(a) : a,
+                          kRound ? RoundTf32(b) : b);
+      }
+    }
+  }
+  // To global memory (c 8-byte aligned, ldc even).
+  __device__ __forceinline__ void StoreGlobal(float* c, int64_t ldc) const {
+    float* own = c + LaneRow() * ldc + LaneCol();
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        *reinterpret_cast<float2*>(own + half * 8 * ldc + h * 8) =
+            make_float2(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
+      }
+    }
+  }
+};
+
+// Operand fragments of one warp's 16 x 16 x 8 product step, read from shared memory. Each loader
+// takes the tile origin once (a per-lane 32-bit address) and then the k offset l of the step.
+// kRowMajor: A(i, l) = a[i * lda + l] (read with ldmatrix: 16-byte aligned rows, lda a multiple of
+// 4), else A(i, l) = a[l * lda + i] (four 32-bit loads; lda = 8 mod 32 is bank-conflict-free).
+template <bool kRowMajor>
+struct Tf32AOperand {
+  uint32_t base;
+  int lda;
+  __device__ __forceinline__ Tf32AOperand(const float* a, int lda_) : lda(lda_) {
+    const int lane = threadIdx.x % 32;
+    base = kRowMajor ? ptx::SharedAddr(a + (lane % 16) * lda + lane / 16 * 4)
+                     : ptx::SharedAddr(a + lane % 4 * lda + lane / 4);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    if (kRowMajor) {
+      ptx::LoadMatrix4(f, base + 4 * l);
+    } else {
+      const uint32_t at = base + 4 * l * lda;
+      f[0] = ptx::LoadShared(at);
+      f[1] = ptx::LoadShared(at + 4 * 8);
+      f[2] = ptx::LoadShared(at + 4 * 4 * lda);
+      f[3] = ptx::LoadShared(at + 4 * (4 * lda + 8));
+    }
+  }
+};
+// kRowMajor: B(l, j) = b[l * ldb + j] (four 32-bit loads; ldb = 8 mod 32 is conflict-free), else
+// B(l, j) = b[j * ldb + l] (ldmatrix). f[2h], f[2h + 1] are the b0, b1 of columns 8h .. 8h + 7.
+template <bool kRowMajor>
+struct Tf32BOperand {
+  uint32_t base;
+  int ldb;
+  __device__ __forceinline__ Tf32BOperand(const float* b, int ldb_) : ldb(ldb_) {
+    const int lane = threadIdx.x % 32;
+    base = kRowMajor ? ptx::SharedAddr(b + lane % 4 * ldb + lane / 4)
+                     : ptx::SharedAddr(b + (lane % 8 + lane / 16 * 8) * ldb + lane / 8 % 2 * 4);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    if (kRowMajor) {
+      const uint32_t at = base + 4 * l * ldb;
+      f[0] = ptx::LoadShared(at);
+      f[1] = ptx::LoadShared(at + 4 * 4 * ldb);
+      f[2] = ptx::LoadShared(at + 4 * 8);
+      f[3] = ptx::LoadShared(at + 4 * (4 * ldb + 8));
+    } else {
+      ptx::LoadMatrix4(f, base + 4 * l);
+    }
+  }
+};
+
+__device__ __forceinline__ void MmaStep(Tf32Frag& acc, const uint32_t (&a)[4],
+                                        const uint32_t (&b)[4]) {
+  ptx::MmaM16N8K8(acc.x, a, b[0], b[1]);
+  ptx::MmaM16N8K8(acc.x + 4, a, b[2], b[3]);
 }
 
 // A 64 x 64 fp32 product C = A B accumulated in registers, for kernels that sum several products
@@ -67,71 +215,58 @@ __device__ __forceinline__ float4 RoundTf32(float4 v) {
 // warps: warp w owns the 16 x 16 tiles (w / 4, w % 4) and (w / 4 + 2, w % 4) of C, which share
 // their B fragments and run as two interleaved MMA chains.
 struct Tf32Acc64 {
-  nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float> part[2];
+  Tf32Frag part[2];
 
   __device__ __forceinline__ static int Row(int i) { return (threadIdx.x / 32 / 4 + 2 * i) * 16; }
   __device__ __forceinline__ static int Col() { return threadIdx.x / 32 % 4 * 16; }
 
   __device__ __forceinline__ void Zero() {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) nvcuda::wmma::fill_fragment(part[i], 0.0f);
+    part[0].Zero();
+    part[1].Zero();
   }
   // C = c[64 x 64] (leading dimension ldc), each warp reading only its own tiles.
   __device__ __forceinline__ void Load(const float* c, int ldc) {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      nvcuda::wmma::load_matrix_sync(part[i], c + Row(i) * ldc + Col(), ldc,
-                                     nvcuda::wmma::mem_row_major);
-    }
+    for (int i = 0; i < 2; ++i) part[i].Load(c + Row(i) * ldc + Col(), ldc);
   }
   // Rounds C to TF32, for a product that becomes an operand.
   __device__ __forceinline__ void RoundToTf32() {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int t = 0; t < part[i].num_elements; ++t) part[i].x[t] = RoundTf32(part[i].x[t]);
-    }
+    part[0].RoundToTf32();
+    part[1].RoundToTf32();
   }
   __device__ __forceinline__ void Scale(float f) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int t = 0; t < part[i].num_elements; ++t) part[i].x[t] *= f;
-    }
+    part[0].Scale(f);
+    part[1].Scale(f);
   }
   // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
   // warp's next reads of c.
   __device__ __forceinline__ void Store(float* c, int ldc) const {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      nvcuda::wmma::store_matrix_sync(c + Row(i) * ldc + Col(), part[i], ldc,
-                                      nvcuda::wmma::mem_row_major);
-    }
+    for (int i = 0; i < 2; ++i) part[i].Store(c + Row(i) * ldc + Col(), ldc);
     __syncwarp();
   }
 };
 
 // acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are
-// fp32 scratch, where bf16 would cost accuracy. Same layout flags and alignment contract as Mma
-// (fp32 leading dimensions a multiple of 4; kd a multiple of 8).
+// fp32 scratch, where bf16 would cost accuracy. Layout flags as Mma (fp32 leading dimensions a
+// multiple of 4, tiles 16-byte aligned; kd a multiple of 8).
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaTf32Acc64(Tf32Acc64& acc, int kd, const float* a, int lda,
                                              const float* b, int ldb) {
-  namespace wmma = nvcuda::wmma;
-  using LayoutA = std::conditional_t<kARowMajor, wmma::row_major, wmma::col_major>;
-  using LayoutB = std::conditional_t<kBRowMajor, wmma::row_major, wmma::col_major>;
   const int col = Tf32Acc64::Col();
+  const Tf32BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
+  const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Tf32Acc64::Row(0) * lda
+                                               : a + Tf32Acc64::Row(0), lda);
+  const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Tf32Acc64::Row(1) * lda
+                                               : a + Tf32Acc64::Row(1), lda);
 #pragma unroll 4
   for (int l = 0; l < kd; l += 8) {
-    wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
-    wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb + col : b + col * ldb + l, ldb);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      const int row = Tf32Acc64::Row(i);
-      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
-      wmma::load_matrix_sync(fa, kARowMajor ? a + row * lda + l : a + l * lda + row, lda);
-      wmma::mma_sync(acc.part[i], fa, fb, acc.part[i]);
-    }
+    uint32_t fb[4], fa0[4], fa1[4];
+    bo.Load(fb, l);
+    a0.Load(fa0, l);
+    a1.Load(fa1, l);
+    MmaStep(acc.part[0], fa0, fb);
+    MmaStep(acc.part[1], fa1, fb);
   }
 }
 
@@ -151,38 +286,100 @@ __device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, c
   acc.Store(c, ldc);
 }
 
-// One warp's 16 x 16 fp32 accumulator, for kernels that keep C in registers across products.
-using Tf32Frag = nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>;
-
 // acc += A[16 x kd] B[kd x 16] by one warp from TF32 values, with a pointing at A(0, 0) and b at
 // B(0, 0) (layout flags as Mma). The even and odd k-steps run as two independent MMA chains.
 // kd a multiple of 16.
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaTf32Warp16(Tf32Frag& acc, int kd, const float* a, int lda,
                                               const float* b, int ldb) {
-  namespace wmma = nvcuda::wmma;
-  using LayoutA = std::conditional_t<kARowMajor, wmma::row_major, wmma::col_major>;
-  using LayoutB = std::conditional_t<kBRowMajor, wmma::row_major, wmma::col_major>;
+  const Tf32AOperand<kARowMajor> ao(a, lda);
+  const Tf32BOperand<kBRowMajor> bo(b, ldb);
   Tf32Frag odd;
-  wmma::fill_fragment(odd, 0.0f);
+  odd.Zero();
 #pragma unroll 2
   for (int l0 = 0; l0 < kd; l0 += 16) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      const int l = l0 + 8 * i;
-      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, LayoutA> fa;
-      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, LayoutB> fb;
-      wmma::load_matrix_sync(fa, kARowMajor ? a + l : a + l * lda, lda);
-      wmma::load_matrix_sync(fb, kBRowMajor ? b + l * ldb : b + l, ldb);
-      if (i == 0) {
-        wmma::mma_sync(acc, fa, fb, acc);
-      } else {
-        wmma::mma_sync(odd, fa, fb, odd);
-      }
+      uint32_t fa[4], fb[4];
+      ao.Load(fa, l0 + 8 * i);
+      bo.Load(fb, l0 + 8 * i);
+      MmaStep(i == 0 ? acc : odd, fa, fb);
     }
   }
-#pragma unroll
-  for (int t = 0; t < acc.num_elements; ++t) acc.x[t] += odd.x[t];
+  acc.Add(odd);
+}
+
+// Operand fragments of a warp's m16n8k16 bf16 product step (two n8 halves), read with ldmatrix
+// (.trans for the layouts stored the other way): every layout reads 8 x 16-byte rows, so rows
+// must be 16-byte aligned (leading dimension a multiple of 8; kLdBf16 spreads them over the banks).
+// kRowMajor: A(i, l) = a[i * lda + l], else a[l * lda + i]. f as the PTX ISA's a0..a3.
+template <bool kRowMajor>
+struct Bf16AOperand {
+  uint32_t base;
+  int lda;
+  __device__ __forceinline__ Bf16AOperand(const bf16* a, int lda_) : lda(lda_) {
+    const int lane = threadIdx.x % 32;
+    base = kRowMajor ? ptx::SharedAddr(a + (lane % 16) * lda + lane / 16 * 8)
+                     : ptx::SharedAddr(a + (lane % 8 + lane / 16 * 8) * lda + lane / 8 % 2 * 8);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    if (kRowMajor) {
+      ptx::LoadMatrix4(f, base + 2 * l);
+    } else {
+      ptx::LoadMatrix4Trans(f, base + 2 * l * lda);
+    }
+  }
+};
+// kRowMajor: B(l, j) = b[l * ldb + j], else b[j * ldb + l]. f[2h], f[2h + 1] are the b0, b1 of
+// columns 8h .. 8h + 7.
+template <bool kRowMajor>
+struct Bf16BOperand {
+  uint32_t base;
+  int ldb;
+  __device__ __forceinline__ Bf16BOperand(const bf16* b, int ldb_) : ldb(ldb_) {
+    const int lane = threadIdx.x % 32;
+    base = kRowMajor ? ptx::SharedAddr(b + (lane % 16) * ldb + lane / 16 * 8)
+                     : ptx::SharedAddr(b + (lane % 8 + lane / 16 * 8) * ldb + lane / 8 % 2 * 8);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    if (kRowMajor) {
+      ptx::LoadMatrix4Trans(f, base + 2 * l * ldb);
+    } else {
+      ptx::LoadMatrix4(f, base + 2 * l);
+    }
+  }
+};
+
+// C[m x n] = (accumulate ? C : 0) + A[m x kd] * B[kd x n] from bf16 tiles, C fp32 in shared
+// memory; m, n, kd multiples of 16. kARowMajor: A(i, l) = a[i * lda + l], else a[l * lda + i]
+// (A is the transpose of a stored tile); kBRowMajor: B(l, j) = b[l * ldb + j], else b[j * ldb + l].
+// The warps of the block share the 16 x 16 output tiles; the caller synchronises around the call.
+template <bool kARowMajor, bool kBRowMajor, int kWarps>
+__device__ __forceinline__ void Mma(int m, int n, int kd, const bf16* a, int lda, const bf16* b,
+                                    int ldb, float* c, int ldc, bool accumulate) {
+  const int warp = threadIdx.x / 32;
+  const int tiles_n = n / 16;
+  for (int tile = warp; tile < (m / 16) * tiles_n; tile += kWarps) {
+    const int tm = tile / tiles_n, tn = tile % tiles_n;
+    float* pc = c + tm * 16 * ldc + tn * 16;
+    Tf32Frag acc;  // the accumulator layout is the same for every input type
+    if (accumulate) {
+      acc.Load(pc, ldc);
+    } else {
+      acc.Zero();
+    }
+    const Bf16AOperand<kARowMajor> ao(kARowMajor ? a + tm * 16 * lda : a + tm * 16, lda);
+    const Bf16BOperand<kBRowMajor> bo(kBRowMajor ? b + tn * 16 : b + tn * 16 * ldb, ldb);
+#pragma unroll 4
+    for (int l = 0; l < kd; l += 16) {
+      uint32_t fa[4], fb[4];
+      ao.Load(fa, l);
+      bo.Load(fb, l);
+      ptx::MmaM16N8K16Bf16(acc.x, fa, fb[0], fb[1]);
+      ptx::MmaM16N8K16Bf16(acc.x + 4, fa, fb[2], fb[3]);
+    }
+    acc.Store(pc, ldc);
+  }
 }
 
 }  // namespace flame::kernels::tile

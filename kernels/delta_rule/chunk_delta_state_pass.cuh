@@ -52,8 +52,7 @@ __device__ __forceinline__ void MmaWarp(tile::Tf32Frag& acc, const float* a, con
 }
 
 __device__ __forceinline__ void StoreWarpTile(float* c, const tile::Tf32Frag& acc) {
-  nvcuda::wmma::store_matrix_sync(c + WarpRow() * kLdV + WarpCol(), acc, kLdV,
-                                  nvcuda::wmma::mem_row_major);
+  acc.Store(c + WarpRow() * kLdV + WarpCol(), kLdV);
 }
 
 // The K x 32 state slice of a block, in registers: warp w holds, for each 64-row slice j of K,
@@ -70,28 +69,14 @@ struct StateTiles {
   __device__ void Load(const float* s, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
-      if (j < nk) {
-        nvcuda::wmma::load_matrix_sync(part[j], s + Row(j) * kLdV + WarpCol(), kLdV,
-                                       nvcuda::wmma::mem_row_major);
-      }
+      if (j < nk) part[j].Load(s + Row(j) * kLdV + WarpCol(), kLdV);
     }
   }
   template <bool kOperand>
   __device__ void Store(float* s, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
-      if (j < nk) {
-        float* own = s + Row(j) * kLdV + WarpCol();
-        nvcuda::wmma::store_matrix_sync(own, part[j], kLdV, nvcuda::wmma::mem_row_major);
-        if (kOperand) {  // in place, lane by lane over the warp's own tile
-          __syncwarp();
-          const int lane = threadIdx.x % 32;
-#pragma unroll
-          for (int e = lane; e < 16 * 16; e += 32) {
-            own[e / 16 * kLdV + e % 16] = tile::RoundTf32(own[e / 16 * kLdV + e % 16]);
-          }
-        }
-      }
+      if (j < nk) part[j].Store<kOperand>(s + Row(j) * kLdV + WarpCol(), kLdV);
     }
     __syncwarp();
   }
@@ -99,17 +84,13 @@ struct StateTiles {
   __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
-      if (j < nk) {
-        nvcuda::wmma::store_matrix_sync(dst + int64_t{Row(j)} * v_dim + WarpCol(), part[j], v_dim,
-                                        nvcuda::wmma::mem_row_major);
-      }
+      if (j < nk) part[j].StoreGlobal(dst + int64_t{Row(j)} * v_dim + WarpCol(), v_dim);
     }
   }
   __device__ void Scale(float f, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
-#pragma unroll
-      for (int t = 0; t < part[j].num_elements; ++t) part[j].x[t] *= j < nk ? f : 1.0f;
+      part[j].Scale(j < nk ? f : 1.0f);
     }
   }
 };
@@ -228,7 +209,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     S.StoreScratch(b.s.S + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
     tile::Tf32Frag ws;  // W S
-    nvcuda::wmma::fill_fragment(ws, 0.0f);
+    ws.Zero();
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
       if (j < nk) {
@@ -315,7 +296,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     dS.StoreScratch(b.s.dS + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
     tile::Tf32Frag du;  // K dS, then + M^T (scale dO)
-    nvcuda::wmma::fill_fragment(du, 0.0f);
+    du.Zero();
 #pragma unroll
     for (int j = 0; j < kMaxSlices; ++j) {
       if (j < nk) {
@@ -334,8 +315,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
       dut[x] *= __expf(G_last - G[r]);
     }
     const float* m = ring.Wait(g++);
-    nvcuda::wmma::load_matrix_sync(du, dut + WarpRow() * kLdV + WarpCol(), kLdV,
-                                   nvcuda::wmma::mem_row_major);
+    du.Load(dut + WarpRow() * kLdV + WarpCol(), kLdV);
     MmaWarp<true>(du, m + WarpRow(), d_o + WarpCol());
     StoreWarpTile(dut, du);
     __syncthreads();
