@@ -92,7 +92,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
       cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::StateForwardKernel, seqs, tiles::StateForwardSmem(p.k_dim), b,
+  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim), seqs, tiles::StateForwardSmem(p.k_dim), b,
                       stream)) != cudaSuccess) {
     return err;
   }
@@ -116,11 +116,12 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (err != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
-  if ((err = RunTiles(tiles::StateBackwardKernel, seqs, tiles::StateBackwardSmem(p.k_dim), b,
+  if ((err = RunTiles(tiles::StateBackwardFor(p.k_dim), seqs, tiles::StateBackwardSmem(p.k_dim), b,
                       stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::RowTermsKernel, chunks, tiles::RowTermsSmem(), b, stream)) !=
+  if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
+                      tiles::RowTermsSmem(), b, stream)) !=
       cudaSuccess) {
     return err;
   }

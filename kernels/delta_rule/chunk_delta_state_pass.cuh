@@ -25,10 +25,12 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// Ring slots: the backward keeps more tiles besides, and takes one slot fewer so that two of its
-// blocks fit on a multiprocessor at K = 128 (as two forward blocks do).
-constexpr int kForwardRing = 4;
-constexpr int kBackwardRing = 3;
+// Ring slots: as many as let two blocks share a multiprocessor (each under 113 KB of its 228 KB
+// of shared memory). The K x 32 state copy grows with K, so K > 128 takes one slot fewer; the
+// backward keeps three more tiles besides, and takes one slot fewer again. (With one block per
+// multiprocessor, (8, 4096, 8, 256)'s 512 blocks ran in four waves instead of two.)
+constexpr int ForwardRing(int k_dim) { return k_dim <= 128 ? 4 : 3; }
+constexpr int BackwardRing(int k_dim) { return k_dim <= 128 ? 3 : 2; }
 constexpr int kBV = 32;            // V columns per block
 // Leading dimensions by how the tensor cores read a tile. A fragment lane (g, t) reads element
 // (g, t) of a tile read as stored, but (t, g) of one read transposed (the state and new values as
@@ -57,39 +59,38 @@ __device__ __forceinline__ void StoreWarpTile(float* c, const tile::Tf32Frag& ac
 
 // The K x 32 state slice of a block, in registers: warp w holds, for each 64-row slice j of K,
 // the 16 x 16 tile at rows 64 j + WarpRow(), columns WarpCol(). So the chunk's j-th 64-wide tile
-// of K (or Q, W) updates one tile per warp. Loops over j run to kMaxSlices, unrolled, with a
+// of K (or Q, W) updates one tile per warp. Loops over j run to kMaxKSlices, unrolled, with a
 // guard: indexed by a constant, the tiles stay in registers.
-constexpr int kMaxSlices = kMaxK / kBT;
 struct StateTiles {
-  tile::Tf32Frag part[kMaxSlices];
+  tile::Tf32Frag part[kMaxKSlices];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
   // From / to a K x 32 slice in shared memory (leading dimension kLdV): own tiles only. Store
   // rounds the copy to TF32 with kOperand (the registers keep fp32).
   __device__ void Load(const float* s, int nk) {
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) part[j].Load(s + Row(j) * kLdV + WarpCol(), kLdV);
     }
   }
   template <bool kOperand>
   __device__ void Store(float* s, int nk) const {
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) part[j].Store<kOperand>(s + Row(j) * kLdV + WarpCol(), kLdV);
     }
     __syncwarp();
   }
-  // To the scratch copy of a K x V state (dst at column v0 of row 0; 32-byte aligned rows).
+  // To the scratch copy of a K x V state (dst at column v0 of row 0; 8-byte aligned rows).
   __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) part[j].StoreGlobal(dst + int64_t{Row(j)} * v_dim + WarpCol(), v_dim);
     }
   }
   __device__ void Scale(float f, int nk) {
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       part[j].Scale(j < nk ? f : 1.0f);
     }
   }
@@ -173,6 +174,7 @@ __device__ TileRing<kSlots, Issue> MakeRing(float* slots, int items, Issue issue
 // Forward: per chunk, in order,
 //   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
 // Stream per chunk: W slices (K/64), U, K slices (K/64).
+template <int kSlots>
 __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
@@ -183,7 +185,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   float* ring_slots = G + kBT;
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kForwardRing>(ring_slots, seq.num_chunks * per_chunk,
+  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk,
                                      [&](int g, float* slot) {
     const Chunk c = MakeChunk(p, seq, g / per_chunk);
     const int item = g % per_chunk;
@@ -211,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     tile::Tf32Frag ws;  // W S
     ws.Zero();
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
         const float* w = ring.Wait(g++);
         MmaWarp<false>(ws, w + WarpRow() * kLd, s_copy + j * kBT * kLdV + WarpCol());
@@ -230,7 +232,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     __syncthreads();
     S.Scale(expf(G_last), nk);
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
         const float* k = ring.Wait(g++);
         MmaWarp<true>(S.part[j], k + WarpRow(), acc + WarpCol());
@@ -245,7 +247,11 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
 }
 
 inline size_t StateForwardSmem(int k_dim) {
-  return (k_dim * kLdV + kTileV + kForwardRing * kSlot + kBT) * sizeof(float);
+  return (k_dim * kLdV + kTileV + ForwardRing(k_dim) * kSlot + kBT) * sizeof(float);
+}
+
+inline void (*StateForwardFor(int k_dim))(StepBase) {
+  return ForwardRing(k_dim) == 4 ? StateForwardKernel<4> : StateForwardKernel<3>;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -253,6 +259,7 @@ inline size_t StateForwardSmem(int k_dim) {
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + M^T (scale dO);
 //   dS = gamma_L dS + Q^T (scale diag(gamma) dO) + W^T (-dUt).
 // Stream per chunk: K slices, dO, M, Q slices, W slices.
+template <int kSlots>
 __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
@@ -265,7 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
   float* ring_slots = G + kBT;
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kBackwardRing>(ring_slots, seq.num_chunks * per_chunk,
+  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk,
                                       [&](int g, float* slot) {
     const Chunk c = MakeChunk(p, seq, seq.num_chunks - 1 - g / per_chunk);
     const int item = g % per_chunk;
@@ -298,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     tile::Tf32Frag du;  // K dS, then + M^T (scale dO)
     du.Zero();
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
         const float* k = ring.Wait(g++);
         MmaWarp<false>(du, k + WarpRow() * kLd, ds_copy + j * kBT * kLdV + WarpCol());
@@ -328,14 +335,14 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     __syncthreads();
     dS.Scale(expf(G_last), nk);
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
         const float* q = ring.Wait(g++);
         MmaWarp<true>(dS.part[j], q + WarpRow(), d_og + WarpCol());
       }
     }
 #pragma unroll
-    for (int j = 0; j < kMaxSlices; ++j) {
+    for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
         const float* w = ring.Wait(g++);
         MmaWarp<true>(dS.part[j], w + WarpRow(), d_o + WarpCol());
@@ -350,7 +357,11 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
 }
 
 inline size_t StateBackwardSmem(int k_dim) {
-  return (k_dim * kLdV + 3 * kTileV + kBackwardRing * kSlot + kBT) * sizeof(float);
+  return (k_dim * kLdV + 3 * kTileV + BackwardRing(k_dim) * kSlot + kBT) * sizeof(float);
+}
+
+inline void (*StateBackwardFor(int k_dim))(StepBase) {
+  return BackwardRing(k_dim) == 3 ? StateBackwardKernel<3> : StateBackwardKernel<2>;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -38,6 +38,7 @@ namespace flame::kernels::delta_chunk {
 
 constexpr int kBT = kDeltaChunkSize;
 constexpr int kMaxK = kDeltaMaxKDim;
+constexpr int kMaxKSlices = kMaxK / kBT;  // 64-wide slices of K
 constexpr float kL2NormEps = 1e-6f;
 constexpr float kSoftplusThreshold = 20.0f;
 
@@ -68,7 +69,8 @@ struct Scratch {
   float* dY;         // [R,H,V]  gradient of diag(beta) V
   float* dG;         // [R,H]
   float* db;         // [R,H]    the beta gradient's terms from the chunk products (not v . dY)
-  float* state_dots;  // [chunks,H]: <S, dS'> of each chunk (the decay of the carried state)
+  float* state_dots;  // [chunks,H,kMaxKSlices]: <S, dS'> of each chunk (the decay of the carried
+                      // state), in parts per 64-wide K slice
   float* gate_sums;  // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
 };
 
@@ -157,7 +159,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
     take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dA, mat);
     take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.db, R);
-    take(&x.state_dots, C), take(&x.gate_sums, C * 2);
+    take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);
   }
   return used;
 }
