@@ -100,21 +100,25 @@ struct StateTiles {
 // Asynchronous tile copies into a ring slot; rows past the chunk's end are zero-filled.
 
 // kWidth columns from col0 into rows of leading dimension kLdSlot. A thread copies the same
-// 16-byte column piece of every (kThreads / pieces-per-row)-th row, so its addresses advance by a
-// fixed stride (the passes issue a tile per ring item: keep the address arithmetic out of them).
+// 16-byte column piece of every kRowStep-th row, so its addresses advance by a fixed stride (the
+// passes issue a tile per ring item: keep the address arithmetic out of them); rows past the end
+// read nothing (zero-fill), from the first row's address.
 template <int kWidth, int kLdSlot>
 __device__ inline void IssueTok(float* slot, const float* src, const ChunkDeltaParams& p,
                                 const Chunk& c, int h, int dim, int col0) {
   constexpr int kPieces = kWidth / 4, kRowStep = kThreads / kPieces;
+  static_assert(kBT % kRowStep == 0, "every thread copies the same number of rows");
   const int r0 = threadIdx.x / kPieces, c4 = threadIdx.x % kPieces;
   const int64_t row_stride = int64_t{p.heads} * dim;
-  const float* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
+  const float* first = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
+  const float* from = first + r0 * row_stride;
   float* to = slot + r0 * kLdSlot + c4 * 4;
 #pragma unroll
-  for (int r = r0; r < kBT; r += kRowStep) {
-    const bool valid = r < c.rows;
-    __pipeline_memcpy_async(to, from + (valid ? r : 0) * row_stride, 16, valid ? 0 : 16);
+  for (int i = 0; i < kBT / kRowStep; ++i) {
+    const bool valid = r0 + i * kRowStep < c.rows;
+    __pipeline_memcpy_async(to, valid ? from : first, 16, valid ? 0 : 16);
     to += kRowStep * kLdSlot;
+    from += kRowStep * row_stride;
   }
 }
 
@@ -143,31 +147,37 @@ __device__ inline void IssueInV(float* slot, const __nv_bfloat16* src, const Ten
 // synchronises the block (every thread is then done with item g - 1 and with whatever it did
 // before), then issues item g + kSlots - 1 into item g - 1's slot (through `issue`, which commits
 // nothing; every thread commits exactly one copy group per item). The barrier is the only one a
-// tile needs.
+// tile needs. Items are issued in order, so the ring counts the next one's chunk, its place in
+// the chunk and its slot instead of dividing.
 template <int kSlots, typename Issue>
 struct TileRing {
   float* slots;
-  int items;
-  Issue issue;
+  int items;      // in the stream
+  int per_chunk;  // items per chunk
+  Issue issue;    // issue(chunk ordinal, item within the chunk, slot)
+  int fill = 0, fill_chunk = 0, fill_item = 0, fill_slot = 0;  // the next item to issue
 
   __device__ void Start() {
-    for (int g = 0; g < kSlots - 1; ++g) Fill(g);
+    for (int g = 0; g < kSlots - 1; ++g) Fill();
   }
   __device__ const float* Wait(int g) {
     __pipeline_wait_prior(kSlots - 2);
     __syncthreads();
-    Fill(g + kSlots - 1);
+    Fill();
     return slots + (g % kSlots) * kSlot;
   }
-  __device__ void Fill(int g) {
-    if (g < items) issue(g, slots + (g % kSlots) * kSlot);
+  __device__ void Fill() {
+    if (fill < items) issue(fill_chunk, fill_item, slots + fill_slot * kSlot);
     __pipeline_commit();
+    ++fill;
+    if (++fill_item == per_chunk) fill_item = 0, ++fill_chunk;
+    if (++fill_slot == kSlots) fill_slot = 0;
   }
 };
 
 template <int kSlots, typename Issue>
-__device__ TileRing<kSlots, Issue> MakeRing(float* slots, int items, Issue issue) {
-  return TileRing<kSlots, Issue>{slots, items, issue};
+__device__ TileRing<kSlots, Issue> MakeRing(float* slots, int items, int per_chunk, Issue issue) {
+  return TileRing<kSlots, Issue>{slots, items, per_chunk, issue};
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -185,10 +195,9 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   float* ring_slots = G + kBT;
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk,
-                                     [&](int g, float* slot) {
-    const Chunk c = MakeChunk(p, seq, g / per_chunk);
-    const int item = g % per_chunk;
+  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk, per_chunk,
+                               [&](int ci, int item, float* slot) {
+    const Chunk c = MakeChunk(p, seq, ci);
     if (item < nk) {
       IssueTok<kBT, kLd>(slot, b.s.W, p, c, h, K, item * kBT);
     } else if (item == nk) {
@@ -272,10 +281,9 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
   float* ring_slots = G + kBT;
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk,
-                                      [&](int g, float* slot) {
-    const Chunk c = MakeChunk(p, seq, seq.num_chunks - 1 - g / per_chunk);
-    const int item = g % per_chunk;
+  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk, per_chunk,
+                               [&](int ci, int item, float* slot) {
+    const Chunk c = MakeChunk(p, seq, seq.num_chunks - 1 - ci);
     if (item < nk) {
       IssueTok<kBT, kLd>(slot, b.s.kn, p, c, h, K, item * kBT);
     } else if (item == nk) {
