@@ -52,11 +52,12 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
            : p.batch == 1 && p.num_seqs > 0 && p.chunk_offsets != nullptr && p.total_chunks > 0);
   const bool gate = !gated || (p.a != nullptr &&
                                (!p.gate_in_kernel || (p.A_log != nullptr && p.dt_bias != nullptr)));
-  // The kernels move q, k, v, d_o and o in 4- and 16-byte pieces.
+  // The kernels move q, k, v, d_o, o, dq, dk and dv in 4- to 16-byte pieces.
   const bool inputs = p.q && p.k && p.v && p.beta && IsAligned16(p.q) && IsAligned16(p.k) &&
                       IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
                       Bf16RowsAligned(p.v_strides) && p.workspace && IsAligned(p.workspace, 256);
-  const bool outputs = backward ? p.d_o && IsAligned16(p.d_o) && p.dq && p.dk && p.dv &&
+  const bool outputs = backward ? p.d_o && IsAligned16(p.d_o) && p.dq && IsAligned16(p.dq) &&
+                                      p.dk && IsAligned16(p.dk) && p.dv && IsAligned16(p.dv) &&
                                       p.dbeta && (!gated || p.da)
                                 : p.o != nullptr && IsAligned16(p.o);
   return shapes && gate && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;

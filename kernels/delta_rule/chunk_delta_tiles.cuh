@@ -647,10 +647,30 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
 
 inline size_t RowGradsSmem() { return (6 * kTile + 5 * kBT) * sizeof(float); }
 
+// Four adjacent bf16 values (8-byte aligned) <-> a float4.
+__device__ inline float4 LoadBf16x4(const __nv_bfloat16* src) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(src);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ inline void StoreBf16x4(__nv_bfloat16* dst, float4 v) {
+  uint2 raw;
+  *reinterpret_cast<__nv_bfloat162*>(&raw.x) = __floats2bfloat162_rn(v.x, v.y);
+  *reinterpret_cast<__nv_bfloat162*>(&raw.y) = __floats2bfloat162_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(dst) = raw;
+}
+__device__ inline float Dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
 // Per (chunk, head), one warp per row: dq, dk from the gradients of the normalised rows
 // (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps) with the l2norm, else dx = dy); dv = beta dY;
-// dbeta = db + v.dY, through the sigmoid when beta comes as logits.
+// dbeta = db + v.dY, through the sigmoid when beta comes as logits. A lane moves four adjacent
+// columns at a time (one 16-byte fp32 and one 8-byte bf16 access), so a warp covers 128 columns
+// of a row per access; a q or k row stays in registers between its two reductions and its write.
 __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
+  constexpr int kPieces = kMaxK / 128;  // float4 pieces per lane of a q or k row
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y;
   const Chunk c = LocateChunk(p, chunk);
@@ -660,35 +680,53 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
     const int64_t ri = (c.row + i) * p.heads + h;
     const int64_t xi = In(p.qk_strides, c.batch, c.t0 + i, h);
     for (int which = 0; which < 2; ++which) {
-      const __nv_bfloat16* raw = which == 0 ? p.q : p.k;
+      const __nv_bfloat16* raw = (which == 0 ? p.q : p.k) + xi;
       const float* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
       const float* dy = (which == 0 ? b.s.SdO : b.s.dKd) + ri * K;
       __nv_bfloat16* dx = (which == 0 ? p.dq : p.dk) + xi;
-      float rstd = 1.0f, ydy = 0.0f;
-      if (p.qk_l2norm) {
-        float ss = 0.0f;
-        for (int e = lane; e < K; e += 32) {
-          const float v = __bfloat162float(raw[xi + e]);
-          ss += v * v;
-          ydy += y[e] * dy[e];
+      float4 yv[kPieces], dyv[kPieces];
+      float ss = 0.0f, ydy = 0.0f;
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j) {
+        const int e = j * 128 + lane * 4;
+        if (e < K) {
+          dyv[j] = *reinterpret_cast<const float4*>(dy + e);
+          if (p.qk_l2norm) {
+            yv[j] = *reinterpret_cast<const float4*>(y + e);
+            const float4 x = LoadBf16x4(raw + e);
+            ss += Dot4(x, x);
+            ydy += Dot4(yv[j], dyv[j]);
+          }
         }
+      }
+      float rstd = 1.0f;
+      if (p.qk_l2norm) {
         for (int off = 16; off > 0; off /= 2) {
           ss += __shfl_xor_sync(0xffffffffu, ss, off);
           ydy += __shfl_xor_sync(0xffffffffu, ydy, off);
         }
         rstd = rsqrtf(ss + kL2NormEps);
       }
-      for (int e = lane; e < K; e += 32) {
-        dx[e] = __float2bfloat16(p.qk_l2norm ? rstd * (dy[e] - y[e] * ydy) : dy[e]);
+#pragma unroll
+      for (int j = 0; j < kPieces; ++j) {
+        const int e = j * 128 + lane * 4;
+        if (e < K) {
+          float4 g = dyv[j];
+          if (p.qk_l2norm) {
+            g = make_float4(rstd * (g.x - yv[j].x * ydy), rstd * (g.y - yv[j].y * ydy),
+                            rstd * (g.z - yv[j].z * ydy), rstd * (g.w - yv[j].w * ydy));
+          }
+          StoreBf16x4(dx + e, g);
+        }
       }
     }
     const float beta = b.s.bt[ri];
     const int64_t vi = In(p.v_strides, c.batch, c.t0 + i, h);
     float vdy = 0.0f;
-    for (int e = lane; e < V; e += 32) {
-      const float dy = b.s.dY[ri * V + e];
-      vdy += __bfloat162float(p.v[vi + e]) * dy;
-      p.dv[vi + e] = __float2bfloat16(beta * dy);
+    for (int e = lane * 4; e < V; e += 128) {
+      const float4 dy = *reinterpret_cast<const float4*>(b.s.dY + ri * V + e);
+      vdy += Dot4(LoadBf16x4(p.v + vi + e), dy);
+      StoreBf16x4(p.dv + vi + e, make_float4(beta * dy.x, beta * dy.y, beta * dy.z, beta * dy.w));
     }
     for (int off = 16; off > 0; off /= 2) vdy += __shfl_xor_sync(0xffffffffu, vdy, off);
     if (lane == 0) {
