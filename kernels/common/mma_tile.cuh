@@ -10,7 +10,8 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <type_traits>
+
+#include "kernels/common/ptx.cuh"
 
 namespace flame::kernels::tile {
 
@@ -33,66 +34,11 @@ __device__ __forceinline__ float4 RoundTf32(float4 v) {
   return make_float4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
 }
 
-// The TF32 products are written with the PTX instructions (mma.sync m16n8k8, ldmatrix,
-// ld/st.shared) rather than WMMA: WMMA's fragment loads take generic 64-bit pointers, and where
-// the compiler cannot prove a tile is in shared memory (a ring slot handed out by a struct, say)
-// every element became a generic load with 64-bit address arithmetic, which is what the state
-// passes spent most of their instructions on. Here every operand address is a 32-bit shared
-// address computed once per lane, and the k steps are constant offsets from it.
-namespace ptx {
 
-__device__ __forceinline__ uint32_t SharedAddr(const void* p) {
-  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
-}
-__device__ __forceinline__ uint32_t LoadShared(uint32_t addr) {
-  uint32_t v;
-  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ float2 LoadShared2(uint32_t addr) {
-  float2 v;
-  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
-  return v;
-}
-__device__ __forceinline__ void StoreShared2(uint32_t addr, float x, float y) {
-  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
-}
-// Four 8 x (4 x 32-bit) matrices; lane l gives the row address of row l % 8 of matrix l / 8 and
-// receives, from each matrix, 32-bit element (l / 4, l % 4): the TF32 fragment layout.
-__device__ __forceinline__ void LoadMatrix4(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-__device__ __forceinline__ void LoadMatrix4Trans(uint32_t (&r)[4], uint32_t addr) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr));
-}
-// c += a b for one m16n8k16 bf16 tile.
-__device__ __forceinline__ void MmaM16N8K16Bf16(float* c, const uint32_t (&a)[4], uint32_t b0,
-                                                uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-// c += a b for one m16n8k8 TF32 tile (fragments in the PTX ISA's layout).
-__device__ __forceinline__ void MmaM16N8K8(float* c, const uint32_t (&a)[4], uint32_t b0,
-                                           uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
-      "{%8, %9}, {%0, %1, %2, %3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-}  // namespace ptx
-
-// One warp's 16 x 16 fp32 accumulator as two m16n8 halves: lane (g, t) = (lane / 4, lane % 4)
-// holds, for half h, x[4h..4h+1] = C(g, 8h + 2t .. +1) and x[4h+2..4h+3] = C(g + 8, same columns).
-struct Tf32Frag {
+// One warp's 16 x 16 fp32 accumulator as two m16n8 halves (the mma.sync accumulator layout, the
+// same for TF32 and bf16 inputs): lane (g, t) = (lane / 4, lane % 4) holds, for half h,
+// x[4h..4h+1] = C(g, 8h + 2t .. +1) and x[4h+2..4h+3] = C(g + 8, same columns).
+struct WarpAcc16 {
   float x[8];
 
   __device__ __forceinline__ static int LaneRow() { return threadIdx.x % 32 / 4; }
@@ -110,7 +56,7 @@ struct Tf32Frag {
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] = RoundTf32(x[e]);
   }
-  __device__ __forceinline__ void Add(const Tf32Frag& o) {
+  __device__ __forceinline__ void Add(const WarpAcc16& o) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] += o.x[e];
   }
@@ -204,10 +150,10 @@ struct Tf32BOperand {
   }
 };
 
-__device__ __forceinline__ void MmaStep(Tf32Frag& acc, const uint32_t (&a)[4],
+__device__ __forceinline__ void MmaStep(WarpAcc16& acc, const uint32_t (&a)[4],
                                         const uint32_t (&b)[4]) {
-  ptx::MmaM16N8K8(acc.x, a, b[0], b[1]);
-  ptx::MmaM16N8K8(acc.x + 4, a, b[2], b[3]);
+  ptx::MmaM16N8K8Tf32(acc.x, a, b[0], b[1]);
+  ptx::MmaM16N8K8Tf32(acc.x + 4, a, b[2], b[3]);
 }
 
 // A 64 x 64 fp32 product C = A B accumulated in registers, for kernels that sum several products
@@ -215,7 +161,7 @@ __device__ __forceinline__ void MmaStep(Tf32Frag& acc, const uint32_t (&a)[4],
 // warps: warp w owns the 16 x 16 tiles (w / 4, w % 4) and (w / 4 + 2, w % 4) of C, which share
 // their B fragments and run as two interleaved MMA chains.
 struct Tf32Acc64 {
-  Tf32Frag part[2];
+  WarpAcc16 part[2];
 
   __device__ __forceinline__ static int Row(int i) { return (threadIdx.x / 32 / 4 + 2 * i) * 16; }
   __device__ __forceinline__ static int Col() { return threadIdx.x / 32 % 4 * 16; }
@@ -290,11 +236,11 @@ __device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, c
 // B(0, 0) (layout flags as Mma). The even and odd k-steps run as two independent MMA chains.
 // kd a multiple of 16.
 template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Warp16(Tf32Frag& acc, int kd, const float* a, int lda,
+__device__ __forceinline__ void MmaTf32Warp16(WarpAcc16& acc, int kd, const float* a, int lda,
                                               const float* b, int ldb) {
   const Tf32AOperand<kARowMajor> ao(a, lda);
   const Tf32BOperand<kBRowMajor> bo(b, ldb);
-  Tf32Frag odd;
+  WarpAcc16 odd;
   odd.Zero();
 #pragma unroll 2
   for (int l0 = 0; l0 < kd; l0 += 16) {
@@ -362,7 +308,7 @@ __device__ __forceinline__ void Mma(int m, int n, int kd, const bf16* a, int lda
   for (int tile = warp; tile < (m / 16) * tiles_n; tile += kWarps) {
     const int tm = tile / tiles_n, tn = tile % tiles_n;
     float* pc = c + tm * 16 * ldc + tn * 16;
-    Tf32Frag acc;  // the accumulator layout is the same for every input type
+    WarpAcc16 acc;  // the accumulator layout is the same for every input type
     if (accumulate) {
       acc.Load(pc, ldc);
     } else {

@@ -49,11 +49,11 @@ __device__ __forceinline__ int WarpCol() { return threadIdx.x / 32 % 2 * 16; }
 // leading dimension kLd, or with kAT the transpose of one with leading dimension kLdT, a at its
 // column WarpRow()), B 64 x 32 row-major (b at B(0, WarpCol()), leading dimension kLdV).
 template <bool kAT>
-__device__ __forceinline__ void MmaWarp(tile::Tf32Frag& acc, const float* a, const float* b) {
+__device__ __forceinline__ void MmaWarp(tile::WarpAcc16& acc, const float* a, const float* b) {
   tile::MmaTf32Warp16<!kAT, true>(acc, kBT, a, kAT ? kLdT : kLd, b, kLdV);
 }
 
-__device__ __forceinline__ void StoreWarpTile(float* c, const tile::Tf32Frag& acc) {
+__device__ __forceinline__ void StoreWarpTile(float* c, const tile::WarpAcc16& acc) {
   acc.Store(c + WarpRow() * kLdV + WarpCol(), kLdV);
 }
 
@@ -62,7 +62,7 @@ __device__ __forceinline__ void StoreWarpTile(float* c, const tile::Tf32Frag& ac
 // of K (or Q, W) updates one tile per warp. Loops over j run to kMaxKSlices, unrolled, with a
 // guard: indexed by a constant, the tiles stay in registers.
 struct StateTiles {
-  tile::Tf32Frag part[kMaxKSlices];
+  tile::WarpAcc16 part[kMaxKSlices];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
   // From / to a K x 32 slice in shared memory (leading dimension kLdV): own tiles only. Store
@@ -219,7 +219,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     S.Store<true>(s_copy, nk);
     S.StoreScratch(b.s.S + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
-    tile::Tf32Frag ws;  // W S
+    tile::WarpAcc16 ws;  // W S
     ws.Zero();
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
@@ -310,7 +310,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
     dS.Store<true>(ds_copy, nk);
     dS.StoreScratch(b.s.dS + State(p, c.global, h) + v0, V, nk);
     LoadRowScalars(G, nullptr, b, c, h);
-    tile::Tf32Frag du;  // K dS, then + M^T (scale dO)
+    tile::WarpAcc16 du;  // K dS, then + M^T (scale dO)
     du.Zero();
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {

@@ -3,22 +3,25 @@
 # minute of device time: builds kernels/ standalone, runs both delta-rule GPU tests (errors per
 # case), times chunk_attention_benchmark (ours only; kernels_vs_fla_h200.sh is the run beside
 # fla), and optionally:
-#   PROFILE=1   ncu time per kernel for one forward+backward of chunk_gated_delta_rule
+#   PROFILE=1   ncu time per kernel call (mean over the calls) of PROFILE_OP (default
+#               chunk_gated_delta_rule; any benchmark op) at shape PROFILE_SHAPE (default 0)
 #   SANITIZE=1  compute-sanitizer memcheck (all gated cases) and racecheck (two delta cases)
 #   DETAIL=1    ncu SpeedOfLight / Occupancy / WarpStateStats / memory sections of DETAIL_KERNELS
 #   STALLS=1    ncu stall reasons and instruction counts of STALL_KERNELS, with the static SASS
 #               instruction mix of the delta-rule object (cuobjdump)
 # Knobs: OPS (benchmark ops, default both delta rules), SHAPE (benchmark shape index, default
-# all five), BENCH=0 (no timing), TEST_LINES (error lines shown). Logs go to $OUT.
+# all five), BENCH=0 (no timing), TESTS (test binaries of tests/kernels, default both delta-rule
+# tests; empty for none), TEST_LINES (error lines shown). Logs go to $OUT.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}; B=${BUILD:-/tmp/flame-delta}; t0=$(date +%s)
+TESTS=${TESTS-chunk_delta_rule_test chunk_gated_delta_rule_test}
 mkdir -p "$OUT"
 el() { echo "[$(($(date +%s) - t0)) s] $*"; }
 cmake -S kernels -B $B -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=RelWithDebInfo > $OUT/build.log 2>&1 &&
-  cmake --build $B -j16 --target chunk_delta_rule_test chunk_gated_delta_rule_test chunk_attention_benchmark >> $OUT/build.log 2>&1 || { grep -E "error" $OUT/build.log | head -30; exit 1; }
+  cmake --build $B -j16 --target $TESTS chunk_attention_benchmark >> $OUT/build.log 2>&1 || { grep -E "error" $OUT/build.log | head -30; exit 1; }
 el built
-for t in chunk_delta_rule_test chunk_gated_delta_rule_test; do
+for t in $TESTS; do
   timeout 120 $B/tests/kernels/$t > $OUT/$t.log 2>&1
   echo "$t rc=$?"; grep -E "^[a-z]|rel_rms|Failure|PASSED|FAILED|Expected|Which is|actual" $OUT/$t.log | head -${TEST_LINES:-40}
 done
@@ -29,7 +32,8 @@ if [ "${BENCH:-1}" = 1 ]; then
 fi
 if [ "${PROFILE:-0}" = 1 ]; then
   FLAME_BENCH_REPS=1 FLAME_BENCH_WARMUP=0 FLAME_BENCH_BUDGET_MS=0 timeout 200 ncu --clock-control none \
-    --metrics gpu__time_duration.sum $B/chunk_attention_benchmark chunk_gated_delta_rule 0 > $OUT/ncu.log 2>&1
+    --metrics gpu__time_duration.sum $B/chunk_attention_benchmark ${PROFILE_OP:-chunk_gated_delta_rule} \
+    ${PROFILE_SHAPE:-0} > $OUT/ncu.log 2>&1
   python3 - $OUT/ncu.log <<'PY'
 import re, sys, collections
 tot = collections.OrderedDict(); name = None
@@ -41,7 +45,7 @@ for line in open(sys.argv[1]):
         v = float(m.group(2).replace(',', '')); unit = m.group(1)
         v = v / 1000 if unit[0] == 'n' else v if unit[0] in 'uμ' else v * 1000
         tot.setdefault(name, []).append(v)
-for k, v in tot.items(): print(f"{sum(v):10.1f} us  x{len(v):3d}  {k}")
+for k, v in tot.items(): print(f"{sum(v) / len(v):10.1f} us per call  x{len(v):3d}  {k}")
 PY
   el profiled
 fi

@@ -1,0 +1,64 @@
+// Inline-PTX wrappers for the tile products of mma_tile.cuh: 32-bit shared-memory addresses,
+// shared loads and stores, ldmatrix, and the mma.sync shapes we use (sm_80 and later).
+//
+// Why not WMMA: its fragment loads take generic 64-bit pointers, and where the compiler cannot
+// prove a tile is in shared memory (a ring slot handed out by a struct, say) every element became
+// a generic load with 64-bit address arithmetic -- most of the delta-rule state passes'
+// instructions. With these, an operand address is a 32-bit shared address computed once per
+// lane, and a k step is a constant offset from it.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace flame::kernels::ptx {
+
+__device__ __forceinline__ uint32_t SharedAddr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+__device__ __forceinline__ uint32_t LoadShared(uint32_t addr) {
+  uint32_t v;
+  asm volatile("ld.shared.b32 %0, [%1];\n" : "=r"(v) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ float2 LoadShared2(uint32_t addr) {
+  float2 v;
+  asm volatile("ld.shared.v2.f32 {%0, %1}, [%2];\n" : "=f"(v.x), "=f"(v.y) : "r"(addr));
+  return v;
+}
+__device__ __forceinline__ void StoreShared2(uint32_t addr, float x, float y) {
+  asm volatile("st.shared.v2.f32 [%0], {%1, %2};\n" ::"r"(addr), "f"(x), "f"(y) : "memory");
+}
+// Four 8 x (4 x 32-bit) matrices; lane l gives the row address of row l % 8 of matrix l / 8 and
+// receives, from each matrix, 32-bit element (l / 4, l % 4): the TF32 fragment layout.
+__device__ __forceinline__ void LoadMatrix4(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+__device__ __forceinline__ void LoadMatrix4Trans(uint32_t (&r)[4], uint32_t addr) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr));
+}
+// c += a b for one m16n8k16 bf16 tile.
+__device__ __forceinline__ void MmaM16N8K16Bf16(float* c, const uint32_t (&a)[4], uint32_t b0,
+                                                uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// c += a b for one m16n8k8 TF32 tile (fragments in the PTX ISA's layout).
+__device__ __forceinline__ void MmaM16N8K8Tf32(float* c, const uint32_t (&a)[4], uint32_t b0,
+                                           uint32_t b1) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+      "{%8, %9}, {%0, %1, %2, %3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+}  // namespace flame::kernels::ptx
