@@ -87,6 +87,18 @@ struct WarpAcc16 {
       }
     }
   }
+  // To a bf16 shared-memory tile (c 4-byte aligned, ldc even), rounded to nearest.
+  __device__ __forceinline__ void StoreBf16(bf16* c, int ldc) const {
+    const uint32_t base = ptx::SharedAddr(c + LaneRow() * ldc + LaneCol());
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int half = 0; half < 2; ++half) {
+        const __nv_bfloat162 v = __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
+        ptx::StoreShared(base + 2 * (half * 8 * ldc + h * 8), *reinterpret_cast<const uint32_t*>(&v));
+      }
+    }
+  }
   // To global memory (c 8-byte aligned, ldc even).
   __device__ __forceinline__ void StoreGlobal(float* c, int64_t ldc) const {
     float* own = c + LaneRow() * ldc + LaneCol();
@@ -156,11 +168,11 @@ __device__ __forceinline__ void MmaStep(WarpAcc16& acc, const uint32_t (&a)[4],
   ptx::MmaM16N8K8Tf32(acc.x + 4, a, b[2], b[3]);
 }
 
-// A 64 x 64 fp32 product C = A B accumulated in registers, for kernels that sum several products
-// before storing C once (no shared-memory tile for C, no load and store of C per product). Eight
-// warps: warp w owns the 16 x 16 tiles (w / 4, w % 4) and (w / 4 + 2, w % 4) of C, which share
-// their B fragments and run as two interleaved MMA chains.
-struct Tf32Acc64 {
+// A 64 x 64 fp32 product C = A B accumulated in registers (TF32 or bf16 inputs), for kernels that
+// sum several products before storing C once (no shared-memory tile for C, no load and store of C
+// per product). Eight warps: warp w owns the 16 x 16 tiles (w / 4, w % 4) and (w / 4 + 2, w % 4)
+// of C, which share their B fragments and run as two interleaved MMA chains.
+struct Acc64 {
   WarpAcc16 part[2];
 
   __device__ __forceinline__ static int Row(int i) { return (threadIdx.x / 32 / 4 + 2 * i) * 16; }
@@ -184,6 +196,24 @@ struct Tf32Acc64 {
     part[0].Scale(f);
     part[1].Scale(f);
   }
+  // x = f(row, col, x) for every element this lane holds (row, col: its place in C).
+  template <typename F>
+  __device__ __forceinline__ void Transform(F f) {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {  // x[4h + 2 half + b] = C(row g + 8 half, col 8h + 2t + b)
+        const int row = Row(i) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
+        const int col = Col() + 8 * (e / 4) + WarpAcc16::LaneCol() + e % 2;
+        part[i].x[e] = f(row, col, part[i].x[e]);
+      }
+    }
+  }
+  // c = C as bf16 (64 x 64 shared tile, ldc even), each warp writing only its own tiles.
+  __device__ __forceinline__ void StoreBf16(bf16* c, int ldc) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) part[i].StoreBf16(c + Row(i) * ldc + Col(), ldc);
+  }
   // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
   // warp's next reads of c.
   __device__ __forceinline__ void Store(float* c, int ldc) const {
@@ -197,14 +227,14 @@ struct Tf32Acc64 {
 // fp32 scratch, where bf16 would cost accuracy. Layout flags as Mma (fp32 leading dimensions a
 // multiple of 4, tiles 16-byte aligned; kd a multiple of 8).
 template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Acc64(Tf32Acc64& acc, int kd, const float* a, int lda,
+__device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a, int lda,
                                              const float* b, int ldb) {
-  const int col = Tf32Acc64::Col();
+  const int col = Acc64::Col();
   const Tf32BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
-  const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Tf32Acc64::Row(0) * lda
-                                               : a + Tf32Acc64::Row(0), lda);
-  const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Tf32Acc64::Row(1) * lda
-                                               : a + Tf32Acc64::Row(1), lda);
+  const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda
+                                               : a + Acc64::Row(0), lda);
+  const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda
+                                               : a + Acc64::Row(1), lda);
 #pragma unroll 4
   for (int l = 0; l < kd; l += 8) {
     uint32_t fb[4], fa0[4], fa1[4];
@@ -217,12 +247,12 @@ __device__ __forceinline__ void MmaTf32Acc64(Tf32Acc64& acc, int kd, const float
 }
 
 // C[64 x 64] (+)= A B with C in shared memory. A warp reads and writes only its own tiles of C
-// (Tf32Acc64's ownership), the same in every call, so calls that accumulate into one C in turn
+// (Acc64's ownership), the same in every call, so calls that accumulate into one C in turn
 // need no block barrier between them.
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, const float* b,
                                               int ldb, float* c, int ldc, bool accumulate) {
-  Tf32Acc64 acc;
+  Acc64 acc;
   if (accumulate) {
     acc.Load(c, ldc);
   } else {
@@ -295,6 +325,28 @@ struct Bf16BOperand {
     }
   }
 };
+
+// acc += A[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64). Layout flags as Mma; kd
+// a multiple of 16.
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, int kd, const bf16* a, int lda,
+                                             const bf16* b, int ldb) {
+  const int col = Acc64::Col();
+  const Bf16BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
+  const Bf16AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
+  const Bf16AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
+#pragma unroll 4
+  for (int l = 0; l < kd; l += 16) {
+    uint32_t fb[4], fa0[4], fa1[4];
+    bo.Load(fb, l);
+    a0.Load(fa0, l);
+    a1.Load(fa1, l);
+    ptx::MmaM16N8K16Bf16(acc.part[0].x, fa0, fb[0], fb[1]);
+    ptx::MmaM16N8K16Bf16(acc.part[0].x + 4, fa0, fb[2], fb[3]);
+    ptx::MmaM16N8K16Bf16(acc.part[1].x, fa1, fb[0], fb[1]);
+    ptx::MmaM16N8K16Bf16(acc.part[1].x + 4, fa1, fb[2], fb[3]);
+  }
+}
 
 // C[m x n] = (accumulate ? C : 0) + A[m x kd] * B[kd x n] from bf16 tiles, C fp32 in shared
 // memory; m, n, kd multiples of 16. kARowMajor: A(i, l) = a[i * lda + l], else a[l * lda + i]

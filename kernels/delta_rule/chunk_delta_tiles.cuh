@@ -42,8 +42,8 @@ __device__ __forceinline__ void Mma(float* c, const float* a, const float* b, bo
   tile::MmaTf32Tile64<!kAT, !kBTr>(kBT, a, kLd, b, kLd, c, kLd, accumulate);
 }
 
-// acc += A B, the same products with C in registers (tile::Tf32Acc64).
-using Acc = tile::Tf32Acc64;
+// acc += A B, the same products with C in registers (tile::Acc64).
+using Acc = tile::Acc64;
 template <bool kAT, bool kBTr>
 __device__ __forceinline__ void Mma(Acc& acc, const float* a, const float* b) {
   tile::MmaTf32Acc64<!kAT, !kBTr>(acc, kBT, a, kLd, b, kLd);

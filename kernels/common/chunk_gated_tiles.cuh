@@ -1,0 +1,209 @@
+// Chunk indexing, tile loads and the gate cumsum shared by the gated chunk kernels
+// (chunk_gated_states.cuh, chunk_gated.cuh). Device code; included through chunk_gated.cuh.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/chunk_gated_params.h"
+#include "kernels/common/chunk_seqs.h"
+#include "kernels/common/mma_tile.cuh"
+
+namespace flame::kernels::gated_chunk {
+
+using tile::bf16;
+using tile::kLdBf16;
+using tile::kLdF32;
+using tile::Mma;
+
+constexpr int kBT = kGatedChunkSize;  // chunk length (rows)
+constexpr int kBK = 64;               // K and V slice width
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+constexpr float kRcpLn2 = 1.4426950408889634f;
+static_assert(kBT == 64 && kBK == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles, 256 threads");
+
+enum class Gate {
+  kHead,     // g [B,T,H] or g_gamma [H]: one decay per head and token
+  kChannel,  // g [B,T,H,K]: one decay per key channel
+};
+
+// ----------------------------------------------------------------------------------------------
+// Indexing
+
+using Seq = ChunkSeq;
+
+struct Chunk {
+  int seq, batch, t0, rows, index, count, global;
+};
+
+__device__ inline Chunk MakeChunk(int seq_index, const Seq& s, int index) {
+  return {seq_index, s.batch, s.bos + index * kBT, min(kBT, s.len - index * kBT),
+          index,     s.num_chunks, s.first_chunk + index};
+}
+
+__device__ inline Chunk LocateChunk(const ChunkGatedParams& p, int global) {
+  const int n = SeqOfChunk<kBT>(p, global);
+  const Seq s = LocateSeq<kBT>(p, n);
+  return MakeChunk(n, s, global - s.first_chunk);
+}
+
+template <typename T>
+__device__ inline T* RowPtr(T* base, const TensorStrides& s, int batch, int t, int h) {
+  return base + batch * s.batch + int64_t{t} * s.token + int64_t{h} * s.head;
+}
+
+// Offset of element (row, col) of head h's K x V state block `block` (a chunk or a sequence).
+__device__ inline int64_t StateOffset(const ChunkGatedParams& p, int block, int h, int row,
+                                      int col) {
+  return ((int64_t{block} * p.heads + h) * p.k_dim + row) * p.v_dim + col;
+}
+
+__device__ inline float ToFloat(float x) { return x; }
+__device__ inline float ToFloat(bf16 x) { return __bfloat162float(x); }
+template <typename T>
+__device__ inline T FromFloat(float x);
+template <>
+__device__ inline float FromFloat<float>(float x) { return x; }
+template <>
+__device__ inline bf16 FromFloat<bf16>(float x) { return __float2bfloat16(x); }
+
+__device__ inline float WarpSum(float x) {
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
+}
+
+// ----------------------------------------------------------------------------------------------
+// Tile loads
+
+// dst[r][c] = row t0 + r, columns [col0, col0 + 64) of a [B,T,H,D] bf16 tensor; rows past `rows`
+// are zero. 16-byte loads: the launcher checks strides and pointers for 8-element alignment.
+__device__ inline void LoadRows(bf16* dst, const bf16* base, const TensorStrides& s,
+                                const Chunk& c, int h, int col0) {
+  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    uint4 val = make_uint4(0, 0, 0, 0);
+    if (r < c.rows) {
+      val = *reinterpret_cast<const uint4*>(RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8);
+    }
+    *reinterpret_cast<uint4*>(dst + r * kLdBf16 + c8 * 8) = val;
+  }
+}
+
+// Asynchronous copy of one 64 x 64 tile of a [B,T,H,D] tensor (rows past the chunk zero-filled).
+__device__ inline void AsyncRows(bf16* dst, const bf16* base, const TensorStrides& s,
+                                 const Chunk& c, int h, int col0) {
+  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    const bool valid = r < c.rows;
+    const bf16* src = valid ? RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8 : base;
+    __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8, src, 16, valid ? 0 : 16);
+  }
+}
+
+// Asynchronous copy of state rows [k0, k0 + 64) x columns [v0, v0 + 64) of chunk `global`.
+__device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const ChunkGatedParams& p,
+                                      int global, int h, int k0, int v0) {
+  for (int idx = threadIdx.x; idx < kBK * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8,
+                            states + StateOffset(p, global, h, k0 + r, v0 + c8 * 8), 16);
+  }
+}
+
+// Gate tiles load in two steps, so that the sequential state passes can fetch the next chunk's
+// gate into registers while they work on the current one.
+//   channel gate: four threads per column, 16 rows each; head gate: one thread per row.
+template <Gate kGate>
+struct GateRegs {
+  float x[kGate == Gate::kChannel ? 16 : 1];
+};
+
+template <Gate kGate>
+__device__ inline void FetchGate(GateRegs<kGate>& regs, const ChunkGatedParams& p, const Chunk& c,
+                                 int h, int col0) {
+  if constexpr (kGate == Gate::kChannel) {
+    const int col = threadIdx.x % 64, part = threadIdx.x / 64;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      const int r = part * 16 + i;
+      regs.x[i] = r < c.rows ? RowPtr(p.g, p.g_strides, c.batch, c.t0 + r, h)[col0 + col] : 0.0f;
+    }
+  } else {
+    const int r = threadIdx.x;
+    regs.x[0] = 0.0f;
+    if (r < c.rows) {
+      regs.x[0] = p.g_gamma != nullptr ? p.g_gamma[h] : *RowPtr(p.g, p.g_strides, c.batch, c.t0 + r, h);
+    }
+  }
+}
+
+// G = log2-scaled inclusive cumsum over the chunk's rows (per column for the channel gate);
+// padded rows add 0, so row 63 holds the last valid row's value. Ends synchronised.
+template <Gate kGate>
+__device__ inline void CommitGate(float* G, const GateRegs<kGate>& regs) {
+  if constexpr (kGate == Gate::kChannel) {
+    const int col = threadIdx.x % 64, part = threadIdx.x / 64;
+    float vals[16];
+    float acc = 0.0f;
+#pragma unroll
+    for (int i = 0; i < 16; ++i) {
+      acc += regs.x[i];
+      vals[i] = acc;
+    }
+    G[(part * 16 + 15) * kLdF32 + col] = acc;  // this part's total
+    __syncthreads();
+    float base = 0.0f;
+    for (int q = 0; q < part; ++q) base += G[(q * 16 + 15) * kLdF32 + col];
+    __syncthreads();
+#pragma unroll
+    for (int i = 0; i < 16; ++i) G[(part * 16 + i) * kLdF32 + col] = (base + vals[i]) * kRcpLn2;
+    __syncthreads();
+  } else {
+    const int r = threadIdx.x;
+    float x = regs.x[0];
+    if (r < kBT) {
+      for (int off = 1; off < 32; off *= 2) {
+        const float y = __shfl_up_sync(0xffffffffu, x, off);
+        if (r % 32 >= off) x += y;
+      }
+      G[r] = x;
+    }
+    __syncthreads();
+    if (r >= 32 && r < kBT) x += G[31];
+    __syncthreads();
+    if (r < kBT) G[r] = x * kRcpLn2;
+    __syncthreads();
+  }
+}
+
+template <Gate kGate>
+__device__ inline void LoadGate(float* G, const ChunkGatedParams& p, const Chunk& c, int h,
+                                int col0) {
+  GateRegs<kGate> regs;
+  FetchGate<kGate>(regs, p, c, h, col0);
+  CommitGate<kGate>(G, regs);
+}
+
+__device__ inline void LoadChannelGate(float* G, const ChunkGatedParams& p, const Chunk& c, int h,
+                                       int col0) {
+  LoadGate<Gate::kChannel>(G, p, c, h, col0);
+}
+
+__device__ inline void LoadHeadGate(float* G, const ChunkGatedParams& p, const Chunk& c, int h) {
+  LoadGate<Gate::kHead>(G, p, c, h, 0);
+}
+
+template <Gate kGate>
+__device__ inline float GateAt(const float* G, int r, int c) {
+  if constexpr (kGate == Gate::kChannel) {
+    return G[r * kLdF32 + c];
+  } else {
+    return G[r];
+  }
+}
+
+}  // namespace flame::kernels::gated_chunk
