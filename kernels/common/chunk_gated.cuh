@@ -19,8 +19,8 @@
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadOutputKernel (o or dv), HeadGradQKKernel + HeadGateGradKernel (dq,
 //                        dk, dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
-//   channel gate:        ChunkOutputKernel (o or dv), GradQKKernel (dq, dk, dg);
-//                        chunk_gated_channel.cuh
+//   channel gate:        ChannelScoresKernel + ChannelOutputKernel (o or dv), GradQKKernel (dq,
+//                        dk, dg); chunk_gated_channel.cuh
 // Kernels that serve one gate kind are templates on it (or on another parameter) so that this
 // header can define them in both launchers' translation units.
 #pragma once
@@ -59,35 +59,42 @@ inline size_t StateBytes(const ChunkGatedParams& p, int blocks, size_t elem) {
 
 inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
-// The workspace: per-chunk states h (bf16), in the backward also their gradients dh, and the
-// chunks' decays (StateScanKernel's factors).
+// The workspace, in this order: the per-chunk states h (bf16); backward: their gradients dh; the
+// chunks' decays (StateScanKernel's factors); head gate, backward: HeadGradQKKernel's per-slice
+// dg sums; channel gate: the masked scores and the decayed operand (ChannelScoresKernel).
 struct Workspace {
-  bf16* states;
-  bf16* d_states;  // backward only
-  float* decays;
-  float* grad_parts;  // backward only: HeadGradQKKernel's per-slice dg sums
+  bf16* states = nullptr;
+  bf16* d_states = nullptr;
+  float* decays = nullptr;
+  float* grad_parts = nullptr;
+  bf16* scores = nullptr;
+  bf16* decayed = nullptr;
 };
 
-inline size_t WorkspaceBytes(const ChunkGatedParams& p, bool backward) {
-  const int chunks = TotalChunks(p);
-  return (backward ? 2 : 1) * AlignUp(StateBytes(p, chunks, sizeof(bf16))) +
-         AlignUp(DecaysBytes(p, chunks)) + (backward ? AlignUp(GradPartsBytes(p, chunks)) : 0);
+// Carves `base` (null: only counts) into w for `chunks` chunks; returns the bytes it takes.
+inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, Gate gate,
+                             bool backward, Workspace& w) {
+  size_t used = 0;
+  auto take = [&](size_t bytes) -> void* {
+    void* at = base != nullptr ? static_cast<unsigned char*>(base) + used : nullptr;
+    used += AlignUp(bytes);
+    return at;
+  };
+  w.states = static_cast<bf16*>(take(StateBytes(p, chunks, sizeof(bf16))));
+  if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks, sizeof(bf16))));
+  w.decays = static_cast<float*>(take(DecaysBytes(p, chunks)));
+  if (gate == Gate::kHead) {
+    if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
+  } else {
+    w.scores = static_cast<bf16*>(take(ScoresBytes(p, chunks)));
+    w.decayed = static_cast<bf16*>(take(DecayedBytes(p, chunks)));
+  }
+  return used;
 }
 
-inline Workspace CarveWorkspace(const ChunkGatedParams& p, bool backward) {
-  auto* at = static_cast<unsigned char*>(p.workspace);
-  const size_t state_bytes = AlignUp(StateBytes(p, p.total_chunks, sizeof(bf16)));
-  Workspace w{};
-  w.states = reinterpret_cast<bf16*>(at);
-  at += state_bytes;
-  if (backward) {
-    w.d_states = reinterpret_cast<bf16*>(at);
-    at += state_bytes;
-  }
-  w.decays = reinterpret_cast<float*>(at);
-  at += AlignUp(DecaysBytes(p, p.total_chunks));
-  if (backward) w.grad_parts = reinterpret_cast<float*>(at);
-  return w;
+inline size_t WorkspaceBytes(const ChunkGatedParams& p, Gate gate, bool backward) {
+  Workspace unused;
+  return CarveWorkspace(p, nullptr, TotalChunks(p), gate, backward, unused);
 }
 
 inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward) {
@@ -143,14 +150,20 @@ cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, cudaStr
 
 // o (forward) or dv (backward) from the states (forward) or their gradients (backward).
 template <Gate kGate, bool kGradV>
-cudaError_t LaunchOutput(const ChunkGatedParams& p, const bf16* states, cudaStream_t stream) {
+cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf16* states,
+                         cudaStream_t stream) {
+  const dim3 slices(p.total_chunks, p.heads, p.v_dim / kBK);
   if constexpr (kGate == Gate::kHead) {
-    return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>,
-                                     dim3(p.total_chunks, p.heads, p.v_dim / kBK),
+    return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>, slices,
                                      HeadOutputSmemBytes(p.k_dim), stream, p, states);
   } else {
-    return LaunchKernel<const bf16*>(ChunkOutputKernel<kGradV>, dim3(p.total_chunks, p.heads),
-                                     ChunkSmemBytes(p.k_dim), stream, p, states);
+    cudaError_t err = LaunchKernel<bf16*, bf16*>(ChannelScoresKernel<kGradV>,
+                                                 dim3(p.total_chunks, p.heads), sizeof(ScoresSmem),
+                                                 stream, p, w.scores, w.decayed);
+    if (err != cudaSuccess) return err;
+    return LaunchKernel<const bf16*, const bf16*, const bf16*>(
+        ChannelOutputKernel<kGradV>, slices, ChannelOutputSmemBytes(p.k_dim), stream, p, states,
+        w.scores, w.decayed);
   }
 }
 
@@ -160,9 +173,10 @@ cudaError_t Forward(const ChunkGatedParams& params, cudaStream_t stream) {
   ChunkGatedParams p = params;
   p.num_seqs = NumSeqs(params);
   p.total_chunks = TotalChunks(params);
-  const Workspace w = CarveWorkspace(p, false);
+  Workspace w;
+  CarveWorkspace(p, p.workspace, p.total_chunks, kGate, false, w);
   if (cudaError_t err = ComputeStates<kGate, false>(p, w, stream); err != cudaSuccess) return err;
-  return LaunchOutput<kGate, false>(p, w.states, stream);
+  return LaunchOutput<kGate, false>(p, w, w.states, stream);
 }
 
 template <Gate kGate>
@@ -171,9 +185,10 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
   ChunkGatedParams p = params;
   p.num_seqs = NumSeqs(params);
   p.total_chunks = TotalChunks(params);
-  const Workspace w = CarveWorkspace(p, true);
+  Workspace w;
+  CarveWorkspace(p, p.workspace, p.total_chunks, kGate, true, w);
   if (cudaError_t err = ComputeStates<kGate, true>(p, w, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = LaunchOutput<kGate, true>(p, w.d_states, stream); err != cudaSuccess) {
+  if (cudaError_t err = LaunchOutput<kGate, true>(p, w, w.d_states, stream); err != cudaSuccess) {
     return err;
   }
   if constexpr (kGate == Gate::kHead) {
@@ -191,9 +206,9 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
     HeadGateGradKernel<kGate><<<dim3(p.total_chunks, p.heads), kBT, 0, stream>>>(p, w.grad_parts);
     return cudaGetLastError();
   } else {
-    return LaunchKernel<const bf16*, const bf16*>(GradQKKernel<kGate>, dim3(p.total_chunks, p.heads),
-                                                  sizeof(GradQKSmem), stream, p, w.states,
-                                                  w.d_states);
+    return LaunchKernel<const bf16*, const bf16*>(
+        GradQKKernel<kGate>, dim3(p.total_chunks, p.heads, p.k_dim / kBK), sizeof(GradQKSmem),
+        stream, p, w.states, w.d_states);
   }
 }
 

@@ -4,14 +4,18 @@
 // The off-diagonal 16 x 16 sub-blocks of the scores A (and of the dq / dk products) are
 // re-referenced to a row n of the sub-chunk, (q 2^(G-G_n)) (k 2^(G_n-G))^T, so that neither
 // factor can overflow; the diagonal sub-blocks are computed elementwise in fp32.
-//   ChunkOutputKernel    grid (chunks, H): o (forward) or dv (backward)
-//   GradQKKernel         grid (chunks, H): dq, dk and dg
-// Both run one block per chunk, loading each tile synchronously before its product with C in
-// shared memory (GradQKKernel: 169 KB, one block per SM); the head gate's kernels
-// (chunk_gated_head_*.cuh) show the faster layout, asynchronous copies and C in registers.
+//   ChannelScoresKernel  grid (chunks, H): P = scale tril(A) (bf16) and the decayed operand X
+//                        (forward q scale 2^G, backward k 2^(G_last - G)) into the workspace
+//   ChannelOutputKernel  grid (chunks, H, V/64): o = X h_c + P V, or dv = X dh_c + P^T dO
+//   GradQKKernel         grid (chunks, H, K/64): dq, dk and dg of one K slice (the channel
+//                        gate's dg is per key channel, so the slices are independent)
+// Why the scores have their own kernel: they are the costly part (sub-chunk operands, the
+// elementwise diagonal), and the output's V slices would each recompute them; written once,
+// the output kernel has the head gate's shape (asynchronous copies, products in registers).
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -34,143 +38,162 @@ __device__ inline int SubBlockOffset(int s) { return 8 * s * (s - 1); }
 // disjoint blocks of A.
 __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, const float* G,
                                         bf16* scratch) {
-  {
-    bf16* qsub = scratch;                 // rows 16..63: q_i 2^(G_i - G_n), n = 16 * (i / 16)
-    bf16* ksub = scratch + kBT * kLdBf16;  // 96 rows: k_j 2^(G_n - G_j), j < n = 16 s
-    for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-      const int i = idx / kBK, c = idx % kBK;
-      if (i >= 16) {
-        const int n = i & ~15;
-        qsub[i * kLdBf16 + c] = __float2bfloat16(
-            ToFloat(q[i * kLdBf16 + c]) * exp2f(G[i * kLdF32 + c] - G[n * kLdF32 + c]));
-      }
+  bf16* qsub = scratch;                 // rows 16..63: q_i 2^(G_i - G_n), n = 16 * (i / 16)
+  bf16* ksub = scratch + kBT * kLdBf16;  // 96 rows: k_j 2^(G_n - G_j), j < n = 16 s
+  for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
+    const int i = idx / kBK, c = idx % kBK;
+    if (i >= 16) {
+      const int n = i & ~15;
+      qsub[i * kLdBf16 + c] = __float2bfloat16(
+          ToFloat(q[i * kLdBf16 + c]) * exp2f(G[i * kLdF32 + c] - G[n * kLdF32 + c]));
     }
-    for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
-      const int r = idx / kBK, c = idx % kBK;
-      const int s = r < 16 ? 1 : (r < 48 ? 2 : 3);
-      const int j = r - SubBlockOffset(s), n = 16 * s;
-      ksub[r * kLdBf16 + c] = __float2bfloat16(
-          ToFloat(k[j * kLdBf16 + c]) * exp2f(G[n * kLdF32 + c] - G[j * kLdF32 + c]));
+  }
+  for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
+    const int r = idx / kBK, c = idx % kBK;
+    const int s = r < 16 ? 1 : (r < 48 ? 2 : 3);
+    const int j = r - SubBlockOffset(s), n = 16 * s;
+    ksub[r * kLdBf16 + c] = __float2bfloat16(
+        ToFloat(k[j * kLdBf16 + c]) * exp2f(G[n * kLdF32 + c] - G[j * kLdF32 + c]));
+  }
+  // Diagonal 16 x 16 blocks, elementwise in fp32.
+  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
+    const int i = idx / 16, j = (i & ~15) + idx % 16;
+    if (j > i) continue;
+    float acc = 0.0f;
+    for (int c = 0; c < kBK; ++c) {
+      acc += ToFloat(q[i * kLdBf16 + c]) * ToFloat(k[j * kLdBf16 + c]) *
+             exp2f(G[i * kLdF32 + c] - G[j * kLdF32 + c]);
     }
-    // Diagonal 16 x 16 blocks, elementwise in fp32.
-    for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
-      const int i = idx / 16, j = (i & ~15) + idx % 16;
-      if (j > i) continue;
-      float acc = 0.0f;
-      for (int c = 0; c < kBK; ++c) {
-        acc += ToFloat(q[i * kLdBf16 + c]) * ToFloat(k[j * kLdBf16 + c]) *
-               exp2f(G[i * kLdF32 + c] - G[j * kLdF32 + c]);
-      }
-      A[i * kLdF32 + j] += acc;
-    }
-    __syncthreads();
-    for (int s = 1; s < 4; ++s) {
-      Mma<true, false, kWarps>(16, 16 * s, kBK, qsub + 16 * s * kLdBf16, kLdBf16,
-                               ksub + SubBlockOffset(s) * kLdBf16, kLdBf16, A + 16 * s * kLdF32,
-                               kLdF32, true);
-    }
+    A[i * kLdF32 + j] += acc;
+  }
+  __syncthreads();
+  for (int s = 1; s < 4; ++s) {
+    Mma<true, false, kWarps>(16, 16 * s, kBK, qsub + 16 * s * kLdBf16, kLdBf16,
+                             ksub + SubBlockOffset(s) * kLdBf16, kLdBf16, A + 16 * s * kLdF32,
+                             kLdF32, true);
   }
 }
 
-// Ab[i][j] = scale * A[i][j] for j <= i, else 0.
-__device__ inline void MaskScores(bf16* Ab, const float* A, float scale) {
-  for (int idx = threadIdx.x; idx < kBT * kBT; idx += kThreads) {
-    const int i = idx / kBT, j = idx % kBT;
-    Ab[i * kLdBf16 + j] = __float2bfloat16(j <= i ? A[i * kLdF32 + j] * scale : 0.0f);
-  }
+
+// Row offset of qsub's block for sub-chunk s (s = 0, 1, 2 hold rows i >= 16 s + 16: 48, 32, 16
+// rows) in a 96-row scratch: 0, 48, 80.
+__device__ inline int QsubOffset(int s) { return s == 0 ? 0 : (s == 1 ? 48 : 80); }
+
+// Workspace layout of the scores and the decayed operand: [chunks, H, 64, 64] and
+// [chunks, H, 64, K] bf16.
+inline size_t ScoresBytes(const ChunkGatedParams& p, int chunks) {
+  return static_cast<size_t>(chunks) * p.heads * kBT * kBT * sizeof(bf16);
+}
+inline size_t DecayedBytes(const ChunkGatedParams& p, int chunks) {
+  return static_cast<size_t>(chunks) * p.heads * kBT * p.k_dim * sizeof(bf16);
+}
+__device__ inline int64_t ScoresOffset(const ChunkGatedParams& p, int global, int h) {
+  return (int64_t{global} * p.heads + h) * kBT * kBT;
+}
+__device__ inline int64_t DecayedOffset(const ChunkGatedParams& p, int global, int h, int row) {
+  return ((int64_t{global} * p.heads + h) * kBT + row) * p.k_dim;
 }
 
-struct ChunkSmem {
-  alignas(128) float A[kBT * kLdF32];     // 17408 B: scores
-  alignas(128) float acc[kBT * kLdF32];   // 17408 B: o or dv tile
-  alignas(128) float G[kBT * kLdF32];     // 17408 B: gate cumsum
-  alignas(128) bf16 q[kBT * kLdBf16];     // 9216 B: q slice, then a state tile
-  alignas(128) bf16 k[kBT * kLdBf16];     // 9216 B: k slice, then the masked bf16 scores
-  // Sub-chunk operands (160 rows), then the v or d_o tile (64 rows).
-  alignas(128) bf16 scratch[160 * kLdBf16];  // 23040 B
-  // Followed in dynamic shared memory by K/64 decayed q (or k) slices, 9216 B each.
-};  // + K/64 slices: K = 128 -> 111 KB (2 blocks per SM)
+struct ScoresSmem {
+  alignas(128) float A[kBT * kLdF32];        // 17408 B: scores
+  alignas(128) float G[kBT * kLdF32];        // 17408 B: gate cumsum
+  alignas(128) bf16 q[kBT * kLdBf16];        // 9216 B
+  alignas(128) bf16 k[kBT * kLdBf16];        // 9216 B
+  alignas(128) bf16 scratch[160 * kLdBf16];  // 23040 B: sub-chunk operands
+};  // 76 KB
 
-inline size_t ChunkSmemBytes(int k_dim) {
-  return sizeof(ChunkSmem) + static_cast<size_t>(k_dim / kBK) * kBT * kLdBf16 * sizeof(bf16);
-}
-
-// dst[r][c] = state tile rows [k0, k0 + 64) x columns [v0, v0 + 64) of block `block`.
-__device__ inline void LoadStateTile(bf16* dst, const bf16* states, const ChunkGatedParams& p,
-                                     int block, int h, int k0, int v0) {
-  for (int idx = threadIdx.x; idx < kBK * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    *reinterpret_cast<uint4*>(dst + r * kLdBf16 + c8 * 8) =
-        *reinterpret_cast<const uint4*>(states + StateOffset(p, block, h, k0 + r, v0 + c8 * 8));
-  }
-}
-
-__device__ inline void ZeroTile(float* t) {
-  for (int idx = threadIdx.x; idx < kBT * kLdF32; idx += kThreads) t[idx] = 0.0f;
-}
-
-__device__ inline void StoreRows(bf16* base, const TensorStrides& s, const Chunk& c, int h,
-                                 int col0, const float* tile) {
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    if (r < c.rows) {
-      const float* src = tile + r * kLdF32 + c8 * 8;
-      alignas(16) __nv_bfloat162 packed[4];
+// Eight adjacent values of row r, computed by f(col) for col = col0 .. col0 + 7, as one 16-byte
+// store to dst.
+template <typename F>
+__device__ inline void StoreEight(bf16* dst, F f) {
+  alignas(16) __nv_bfloat162 packed[4];
 #pragma unroll
-      for (int e = 0; e < 4; ++e) packed[e] = __floats2bfloat162_rn(src[2 * e], src[2 * e + 1]);
-      *reinterpret_cast<uint4*>(RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8) =
-          *reinterpret_cast<const uint4*>(packed);
-    }
-  }
+  for (int e = 0; e < 4; ++e) packed[e] = __floats2bfloat162_rn(f(2 * e), f(2 * e + 1));
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(packed);
 }
-// One (chunk, head) per block, in two phases. Phase 1 accumulates the scores A over the K slices
-// and keeps each slice's decayed operand; phase 2 walks the V slices, so A is built once:
-//   forward (kGradV = false):  o[:, v]  = (Q scale 2^G) h_c[:, v] + scale tril(A) V[:, v]
-//   backward (kGradV = true):  dv[:, v] = (K 2^(G_last - G)) dh_c[:, v] + scale tril(A)^T dO[:, v]
+
 template <bool kGradV>
-__global__ void __launch_bounds__(kThreads) ChunkOutputKernel(ChunkGatedParams p,
-                                                              const bf16* states) {
+__global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams p, bf16* scores,
+                                                                bf16* decayed) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  ChunkSmem& s = *reinterpret_cast<ChunkSmem*>(smem_raw);
-  bf16* decayed = reinterpret_cast<bf16*>(smem_raw + sizeof(ChunkSmem));
+  ScoresSmem& s = *reinterpret_cast<ScoresSmem*>(smem_raw);
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y;
-  ZeroTile(s.A);
+  for (int idx = threadIdx.x; idx < kBT * kLdF32; idx += kThreads) s.A[idx] = 0.0f;
   for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
     __syncthreads();
     LoadRows(s.q, p.q, p.qk_strides, c, h, k0);
     LoadRows(s.k, p.k, p.qk_strides, c, h, k0);
-    LoadChannelGate(s.G, p, c, h, k0);
+    LoadChannelGate(s.G, p, c, h, k0);  // synchronises
     AccumulateScores(s.A, s.q, s.k, s.G, s.scratch);
-    bf16* slice = decayed + (k0 / kBK) * kBT * kLdBf16;
-    for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-      const int i = idx / kBK, col = idx % kBK;
-      const float gi = s.G[i * kLdF32 + col];
-      const float x = kGradV ? ToFloat(s.k[i * kLdBf16 + col]) *
-                                   exp2f(s.G[(kBT - 1) * kLdF32 + col] - gi)
-                             : ToFloat(s.q[i * kLdBf16 + col]) * p.scale * exp2f(gi);
-      slice[i * kLdBf16 + col] = __float2bfloat16(x);
+    for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+      const int r = idx / 8, c0 = idx % 8 * 8;
+      StoreEight(decayed + DecayedOffset(p, c.global, h, r) + k0 + c0, [&](int e) {
+        const int col = c0 + e;
+        const float g = s.G[r * kLdF32 + col];
+        return kGradV ? ToFloat(s.k[r * kLdBf16 + col]) * exp2f(s.G[(kBT - 1) * kLdF32 + col] - g)
+                      : ToFloat(s.q[r * kLdBf16 + col]) * p.scale * exp2f(g);
+      });
     }
   }
   __syncthreads();
-  MaskScores(s.k, s.A, p.scale);
-  const bf16* rhs = kGradV ? p.d_o : p.v;
-  bf16* out = kGradV ? p.dv : p.o;
-  for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
-    for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
-      __syncthreads();  // the previous product is done with s.q and s.acc
-      LoadStateTile(s.q, states, p, c.global, h, k0, v0);
-      __syncthreads();
-      Mma<true, true, kWarps>(kBT, kBK, kBK, decayed + (k0 / kBK) * kBT * kLdBf16, kLdBf16, s.q,
-                              kLdBf16, s.acc, kLdF32, k0 > 0);
-    }
-    LoadRows(s.scratch, rhs, p.v_strides, c, h, v0);
-    __syncthreads();
-    // forward: acc += Ab V; backward: acc += Ab^T dO (column-major view of Ab).
-    Mma<!kGradV, true, kWarps>(kBT, kBK, kBT, s.k, kLdBf16, s.scratch, kLdBf16, s.acc, kLdF32, true);
-    __syncthreads();
-    StoreRows(out, p.v_strides, c, h, v0, s.acc);
+  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    const int i = idx / 8, j0 = idx % 8 * 8;
+    StoreEight(scores + ScoresOffset(p, c.global, h) + i * kBT + j0, [&](int e) {
+      const int j = j0 + e;
+      return j <= i ? s.A[i * kLdF32 + j] * p.scale : 0.0f;
+    });
   }
+}
+
+// Dynamic shared memory of ChannelOutputKernel: X (K/64 slices), the K/64 state tiles of the V
+// slice, the right-hand tile, P. K = 128: 6 tiles, 55 KB.
+inline size_t ChannelOutputSmemBytes(int k_dim) {
+  return static_cast<size_t>(2 * (k_dim / kBK) + 2) * kTileElems * sizeof(bf16);
+}
+
+// Asynchronous copy of a 64 x 64 block of a row-major bf16 matrix with leading dimension ld.
+__device__ inline void AsyncBlock(bf16* dst, const bf16* src, int64_t ld) {
+  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8, src + r * ld + c8 * 8, 16);
+  }
+}
+
+// forward:  o[:, v]  = X h_c[:, v] + P V[:, v]      (X = q scale 2^G)
+// backward: dv[:, v] = X dh_c[:, v] + P^T dO[:, v]  (X = k 2^(G_last - G))
+template <bool kGradV>
+__global__ void __launch_bounds__(kThreads) ChannelOutputKernel(ChunkGatedParams p,
+                                                                const bf16* states,
+                                                                const bf16* scores,
+                                                                const bf16* decayed) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  const int slices = p.k_dim / kBK;
+  bf16* x = reinterpret_cast<bf16*>(smem_raw);  // slice kk at kk * kTileElems
+  bf16* st = x + slices * kTileElems;
+  bf16* rhs = st + slices * kTileElems;
+  bf16* P = rhs + kTileElems;
+  const Chunk c = LocateChunk(p, blockIdx.x);
+  const int h = blockIdx.y, v0 = blockIdx.z * kBK;
+  for (int kk = 0; kk < slices; ++kk) {
+    AsyncBlock(x + kk * kTileElems, decayed + DecayedOffset(p, c.global, h, 0) + kk * kBK,
+               p.k_dim);
+    AsyncStateTile(st + kk * kTileElems, states, p, c.global, h, kk * kBK, v0);
+  }
+  AsyncRows(rhs, kGradV ? p.d_o : p.v, p.v_strides, c, h, v0);
+  AsyncBlock(P, scores + ScoresOffset(p, c.global, h), kBT);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  tile::Acc64 acc;
+  acc.Zero();
+  for (int kk = 0; kk < slices; ++kk) {
+    tile::MmaBf16Acc64<true, true>(acc, kBK, x + kk * kTileElems, kLdBf16, st + kk * kTileElems,
+                                   kLdBf16);
+  }
+  tile::MmaBf16Acc64<!kGradV, true>(acc, kBT, P, kLdBf16, rhs, kLdBf16);
+  __syncthreads();  // every warp is done with X: its first tile stages the result
+  StoreAccRows(acc, x, kGradV ? p.dv : p.o, p.v_strides, c, h, v0);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -183,22 +206,39 @@ __global__ void __launch_bounds__(kThreads) ChunkOutputKernel(ChunkGatedParams p
 // no cancellation between large terms: taking R from the state leaving the chunk instead cancels
 // against k dk_inter only up to bf16 rounding, which swamps dg when decays are strong (dg ~ 0).
 
+// ksub (96 rows): k_j 2^(G_n - G_j) for j < n = 16 s, s = 1, 2, 3 at SubBlockOffset(s);
+// qsub (96 rows): q_i 2^(G_i - G_n'), n' = 16 s + 15, for i > n', s = 0, 1, 2 at QsubOffset(s).
+__device__ inline void BuildSubChunkOperands(bf16* ksub, bf16* qsub, const bf16* q, const bf16* k,
+                                             const float* G) {
+  for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
+    const int r = idx / kBK, col = idx % kBK;
+    const int sk = r < 16 ? 1 : (r < 48 ? 2 : 3);
+    const int j = r - SubBlockOffset(sk), n = 16 * sk;
+    ksub[r * kLdBf16 + col] = __float2bfloat16(
+        ToFloat(k[j * kLdBf16 + col]) * exp2f(G[n * kLdF32 + col] - G[j * kLdF32 + col]));
+    const int sq = r < 48 ? 0 : (r < 80 ? 1 : 2);
+    const int i = 16 * sq + 16 + r - QsubOffset(sq);
+    const int nq = 16 * sq + 15;
+    qsub[r * kLdBf16 + col] = __float2bfloat16(
+        ToFloat(q[i * kLdBf16 + col]) * exp2f(G[i * kLdF32 + col] - G[nq * kLdF32 + col]));
+  }
+}
+
 struct GradQKSmem {
-  alignas(128) float dq[kBT * kLdF32];   // 17408 B: dq tile, then the dg terms
-  alignas(128) float dk[kBT * kLdF32];   // 17408 B
-  alignas(128) float G[kBT * kLdF32];    // 17408 B
-  alignas(128) float dA[kBT * kLdF32];   // 17408 B: fp32 scale * tril(dO V^T)
-  alignas(128) float tmp[kBT * kLdF32];  // 17408 B: off-diagonal sub-block products
-  alignas(128) float kdk[kBT * kLdF32];  // 17408 B: k * dk_inter
-  alignas(128) bf16 dAb[kBT * kLdBf16];  // 9216 B: bf16 dA
+  alignas(128) float G[kBT * kLdF32];    // 17408 B: gate cumsum of this K slice
+  alignas(128) float dA[kBT * kLdF32];   // 17408 B: scale tril(dO V^T), fp32 (diagonal blocks)
+  alignas(128) bf16 dAb[kBT * kLdBf16];  // 9216 B: the same in bf16 (off-diagonal products)
   alignas(128) bf16 q[kBT * kLdBf16];    // 9216 B
   alignas(128) bf16 k[kBT * kLdBf16];    // 9216 B
-  // Four 64-row tiles (d_o, v, h_c, dh_c), then 192 rows of sub-chunk operands.
-  alignas(128) bf16 work[4 * kBT * kLdBf16];  // 36864 B
-  float R[kBT];            // rowsum(dh_c * h_c) for this K slice (bf16 states)
-  float prefix_half[kBT];  // sum of k dk_inter over rows 0..31
-  float suffix_half[kBT];  // sum of dg terms over rows 32..63
-};  // ~169 KB (1 block per SM)
+  // One V slice of d_o, v, h_c, dh_c (four bf16 tiles); then the sub-chunk operands (192 bf16
+  // rows); then the dg terms and k dk_inter (two fp32 tiles).
+  alignas(128) unsigned char work[4 * kTileElems * sizeof(bf16)];  // 36864 B
+  float R[kBK];            // rowsum(dh_c * h_c) per key channel of the slice
+  float prefix_half[kBK];  // sum of k dk_inter over rows 0..31
+  float suffix_half[kBK];  // sum of dg terms over rows 32..63
+};  // 100 KB: two blocks per SM
+static_assert(2 * kBT * kLdF32 * sizeof(float) <= sizeof(GradQKSmem::work), "dg tiles fit");
+static_assert(192 * kLdBf16 * sizeof(bf16) <= sizeof(GradQKSmem::work), "sub-chunk rows fit");
 
 template <Gate kGate>
 __global__ void __launch_bounds__(kThreads) GradQKKernel(ChunkGatedParams p, const bf16* states,
@@ -206,162 +246,147 @@ __global__ void __launch_bounds__(kThreads) GradQKKernel(ChunkGatedParams p, con
   static_assert(kGate == Gate::kChannel, "the head gate's is HeadGradQKKernel");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   GradQKSmem& s = *reinterpret_cast<GradQKSmem*>(smem_raw);
+  bf16* tiles = reinterpret_cast<bf16*>(s.work);
+  bf16* xo = tiles;                   // d_o, the current V slice
+  bf16* xv = xo + kTileElems;         // v
+  bf16* hs = xv + kTileElems;         // h_c rows of this K slice
+  bf16* dhs = hs + kTileElems;        // dh_c
   const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y;
-  bf16* xo = s.work;                    // d_o slice
-  bf16* xv = s.work + kBT * kLdBf16;     // v slice
-  bf16* hs = s.work + 2 * kBT * kLdBf16;   // h_c tile
-  bf16* dhs = s.work + 3 * kBT * kLdBf16;  // dh_c tile
+  const int h = blockIdx.y, k0 = blockIdx.z * kBK, vs = p.v_dim / kBK;
+  auto issue_v_slice = [&](int j) {
+    AsyncRows(xo, p.d_o, p.v_strides, c, h, j * kBK);
+    AsyncRows(xv, p.v, p.v_strides, c, h, j * kBK);
+    AsyncStateTile(hs, states, p, c.global, h, k0, j * kBK);
+    AsyncStateTile(dhs, d_states, p, c.global, h, k0, j * kBK);
+    __pipeline_commit();
+  };
+  AsyncRows(s.q, p.q, p.qk_strides, c, h, k0);
+  AsyncRows(s.k, p.k, p.qk_strides, c, h, k0);
+  issue_v_slice(0);
+  if (threadIdx.x < kBK) s.R[threadIdx.x] = 0.0f;
+  LoadChannelGate(s.G, p, c, h, k0);  // overlaps the copies; synchronises
 
-  // dA = dO V^T over all V slices.
-  for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
+  // Over the V slices: dA = dO V^T, dq_inter = dO h_c^T, dk_inter = V dh_c^T (B(vv, x) = t[x][vv],
+  // the column-major view of each tile), and R from the same state tiles (4 threads per row).
+  tile::Acc64 dA, dq, dk;
+  dA.Zero();
+  dq.Zero();
+  dk.Zero();
+  for (int j = 0; j < vs; ++j) {
+    if (j > 0) {
+      __syncthreads();  // every warp is done with the previous slice's tiles
+      issue_v_slice(j);
+    }
+    __pipeline_wait_prior(0);
     __syncthreads();
-    LoadRows(xo, p.d_o, p.v_strides, c, h, v0);
-    LoadRows(xv, p.v, p.v_strides, c, h, v0);
-    __syncthreads();
-    Mma<true, false, kWarps>(kBT, kBT, kBK, xo, kLdBf16, xv, kLdBf16, s.dA, kLdF32, v0 > 0);
+    tile::MmaBf16Acc64<true, false>(dA, kBK, xo, kLdBf16, xv, kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dq, kBK, xo, kLdBf16, hs, kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dk, kBK, xv, kLdBf16, dhs, kLdBf16);
+    const int r = threadIdx.x / 4, part = threadIdx.x % 4;
+    float acc = 0.0f;
+#pragma unroll
+    for (int col = part * 16; col < part * 16 + 16; ++col) {
+      acc += ToFloat(dhs[r * kLdBf16 + col]) * ToFloat(hs[r * kLdBf16 + col]);
+    }
+    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+    if (part == 0) s.R[r] += acc;
+  }
+  const float scale = p.scale;
+  auto g = [&](int r, int col) { return s.G[r * kLdF32 + col]; };
+  dA.Transform([&](int r, int col, float x) { return col <= r ? x * scale : 0.0f; });
+  dA.Store(s.dA, kLdF32);
+  dA.StoreBf16(s.dAb, kLdBf16);
+  dq.Transform([&](int r, int col, float x) { return x * scale * exp2f(g(r, col)); });
+  dk.Transform([&](int r, int col, float x) { return x * exp2f(g(kBT - 1, col) - g(r, col)); });
+  const tile::Acc64 dk_inter = dk;
+  __syncthreads();  // every warp is done with the V slice tiles: the sub-chunk operands take them
+  bf16* ksub = tiles;
+  bf16* qsub = tiles + 96 * kLdBf16;
+  BuildSubChunkOperands(ksub, qsub, s.q, s.k, s.G);
+  __syncthreads();  // dA, dAb and the operands are in
+
+  // Intra-chunk parts, per 16-row tile of the warp (sub-chunk sb, reference rows n and last):
+  //   dq_i += 2^(G_i - G_n) sum_{j < n} dA_ij ksub_j + sum_{n <= j <= i} dA_ij k_j 2^(G_i - G_j)
+  //   dk_j += 2^(G_last - G_j) sum_{i > last} dA_ij qsub_i + sum_{j <= i <= last} dA_ij q_i 2^(G_i - G_j)
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int sb = tile::Acc64::Row(i) / 16, n = 16 * sb, last = n + 15;
+    const int col0 = tile::Acc64::Col();
+    tile::WarpAcc16 off_q, off_k;
+    off_q.Zero();
+    off_k.Zero();
+    if (sb >= 1) {
+      tile::MmaBf16Warp16<true, true>(off_q, n, s.dAb + n * kLdBf16, kLdBf16,
+                                      ksub + SubBlockOffset(sb) * kLdBf16 + col0, kLdBf16);
+    }
+    if (sb <= 2) {  // A(j, i) = dA[i][j]: the column-major view
+      tile::MmaBf16Warp16<false, true>(off_k, kBT - last - 1, s.dAb + (last + 1) * kLdBf16 + n,
+                                       kLdBf16, qsub + QsubOffset(sb) * kLdBf16 + col0, kLdBf16);
+    }
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int r = tile::Acc64::ElementRow(i, e), col = tile::Acc64::ElementCol(e);
+      const float gr = g(r, col);
+      float aq = sb >= 1 ? exp2f(gr - g(n, col)) * off_q.x[e] : 0.0f;
+      for (int jj = n; jj <= r; ++jj) {
+        aq += s.dA[r * kLdF32 + jj] * ToFloat(s.k[jj * kLdBf16 + col]) * exp2f(gr - g(jj, col));
+      }
+      dq.part[i].x[e] += aq;
+      float ak = sb <= 2 ? exp2f(g(last, col) - gr) * off_k.x[e] : 0.0f;
+      for (int ii = r; ii <= last; ++ii) {
+        ak += s.dA[ii * kLdF32 + r] * ToFloat(s.q[ii * kLdBf16 + col]) * exp2f(g(ii, col) - gr);
+      }
+      dk.part[i].x[e] += ak;
+    }
+  }
+  __syncthreads();  // the sub-chunk operands are read: the dg tiles take their place
+
+  // dg terms per element: q dq - k dk + k dk_inter (the s >= t part), and k dk_inter.
+  float* kdk = reinterpret_cast<float*>(s.work);
+  float* terms = kdk + kBT * kLdF32;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int r = tile::Acc64::ElementRow(i, e), col = tile::Acc64::ElementCol(e);
+      const float qv = ToFloat(s.q[r * kLdBf16 + col]), kv = ToFloat(s.k[r * kLdBf16 + col]);
+      const float kd = kv * dk_inter.part[i].x[e];
+      kdk[r * kLdF32 + col] = kd;
+      terms[r * kLdF32 + col] = qv * dq.part[i].x[e] - kv * dk.part[i].x[e] + kd;
+    }
+  }
+  __syncthreads();  // q and k are read: they stage dq and dk
+  StoreAccRows(dq, s.q, p.dq, p.qk_strides, c, h, k0);
+  StoreAccRows(dk, s.k, p.dk, p.qk_strides, c, h, k0);
+
+  // Per column: exclusive prefix of k dk_inter, inclusive suffix of the terms; two threads per
+  // column, 32 rows each, joined through prefix_half / suffix_half.
+  const int col = threadIdx.x % kBK, half = threadIdx.x / kBK;
+  if (half < 2) {
+    float pre = 0.0f, suf = 0.0f;
+    for (int i = half * 32; i < half * 32 + 32; ++i) {
+      const float kd = kdk[i * kLdF32 + col];
+      kdk[i * kLdF32 + col] = pre;
+      pre += kd;
+    }
+    for (int i = half * 32 + 31; i >= half * 32; --i) {
+      suf += terms[i * kLdF32 + col];
+      terms[i * kLdF32 + col] = suf;
+    }
+    if (half == 0) {
+      s.prefix_half[col] = pre;
+    } else {
+      s.suffix_half[col] = suf;
+    }
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kBT * kBT; idx += kThreads) {
-    const int i = idx / kBT, j = idx % kBT;
-    const float d = j <= i ? s.dA[i * kLdF32 + j] * p.scale : 0.0f;
-    s.dA[i * kLdF32 + j] = d;
-    s.dAb[i * kLdBf16 + j] = __float2bfloat16(d);
-  }
-
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
-    __syncthreads();
-    LoadRows(s.q, p.q, p.qk_strides, c, h, k0);
-    LoadRows(s.k, p.k, p.qk_strides, c, h, k0);
-    LoadChannelGate(s.G, p, c, h, k0);
-    // Inter-chunk parts: dq = dO h_c^T and dk = V dh_c^T (decays applied below), and
-    // R = rowsum(dh_c * h_c) from the same state tiles (4 threads per row, 16 columns each).
-    // B(vv, kk) = hs[kk][vv]: the column-major view of a state tile.
-    for (int v0 = 0; v0 < p.v_dim; v0 += kBK) {
-      __syncthreads();
-      LoadRows(xo, p.d_o, p.v_strides, c, h, v0);
-      LoadRows(xv, p.v, p.v_strides, c, h, v0);
-      LoadStateTile(hs, states, p, c.global, h, k0, v0);
-      LoadStateTile(dhs, d_states, p, c.global, h, k0, v0);
-      __syncthreads();
-      Mma<true, false, kWarps>(kBT, kBK, kBK, xo, kLdBf16, hs, kLdBf16, s.dq, kLdF32, v0 > 0);
-      Mma<true, false, kWarps>(kBT, kBK, kBK, xv, kLdBf16, dhs, kLdBf16, s.dk, kLdF32, v0 > 0);
-      const int r = threadIdx.x / 4, part = threadIdx.x % 4;
-      float acc = 0.0f;
-#pragma unroll
-      for (int col = part * 16; col < part * 16 + 16; ++col) {
-        acc += ToFloat(dhs[r * kLdBf16 + col]) * ToFloat(hs[r * kLdBf16 + col]);
-      }
-      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-      if (part == 0) s.R[r] = (v0 == 0 ? 0.0f : s.R[r]) + acc;
-    }
-    __syncthreads();
-    // One warp covers 32 columns of one row in these loops (kBK = 64, kThreads = 256).
-    for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-      const int i = idx / kBK, col = idx % kBK;
-      const float gi = s.G[i * kLdF32 + col];
-      s.dq[i * kLdF32 + col] *= p.scale * exp2f(gi);
-      const float dk_inter = s.dk[i * kLdF32 + col] * exp2f(s.G[(kBT - 1) * kLdF32 + col] - gi);
-      s.dk[i * kLdF32 + col] = dk_inter;
-      s.kdk[i * kLdF32 + col] = ToFloat(s.k[i * kLdBf16 + col]) * dk_inter;
-    }
-    __syncthreads();
-    // Intra-chunk parts: dq += tril(dA) K, dk += tril(dA)^T Q, with the decays.
-    {
-      bf16* ksub = s.work;                 // 96 rows, as in AccumulateScores
-      bf16* qsub = s.work + 96 * kLdBf16;  // 96 rows: q_i 2^(G_i - G_n'), n' = 16 s' + 15
-      for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
-        const int r = idx / kBK, col = idx % kBK;
-        const int sk = r < 16 ? 1 : (r < 48 ? 2 : 3);
-        const int j = r - SubBlockOffset(sk), n = 16 * sk;
-        ksub[r * kLdBf16 + col] = __float2bfloat16(
-            ToFloat(s.k[j * kLdBf16 + col]) * exp2f(s.G[n * kLdF32 + col] - s.G[j * kLdF32 + col]));
-        // qsub blocks for s' = 0, 1, 2 hold rows i >= 16 s' + 16 (48, 32, 16 rows) at 0, 48, 80.
-        const int sq = r < 48 ? 0 : (r < 80 ? 1 : 2);
-        const int i = 16 * sq + 16 + r - (sq == 0 ? 0 : (sq == 1 ? 48 : 80));
-        const int nq = 16 * sq + 15;
-        qsub[r * kLdBf16 + col] = __float2bfloat16(
-            ToFloat(s.q[i * kLdBf16 + col]) * exp2f(s.G[i * kLdF32 + col] - s.G[nq * kLdF32 + col]));
-      }
-      __syncthreads();
-      for (int sb = 1; sb < 4; ++sb) {  // dq rows of sub-chunk sb from columns j < 16 sb
-        Mma<true, true, kWarps>(16, kBK, 16 * sb, s.dAb + 16 * sb * kLdBf16, kLdBf16,
-                                ksub + SubBlockOffset(sb) * kLdBf16, kLdBf16,
-                                s.tmp + 16 * sb * kLdF32, kLdF32, false);
-      }
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-        const int i = idx / kBK, col = idx % kBK;
-        const int n = i & ~15;
-        const float gi = s.G[i * kLdF32 + col];
-        float acc = i >= 16 ? exp2f(gi - s.G[n * kLdF32 + col]) * s.tmp[i * kLdF32 + col] : 0.0f;
-        for (int j = n; j <= i; ++j) {
-          acc += s.dA[i * kLdF32 + j] * ToFloat(s.k[j * kLdBf16 + col]) *
-                 exp2f(gi - s.G[j * kLdF32 + col]);
-        }
-        s.dq[i * kLdF32 + col] += acc;
-      }
-      __syncthreads();
-      for (int sb = 0; sb < 3; ++sb) {  // dk rows of sub-chunk sb from rows i >= 16 sb + 16
-        const int first_i = 16 * sb + 16;
-        Mma<false, true, kWarps>(16, kBK, kBT - first_i, s.dAb + first_i * kLdBf16 + 16 * sb,
-                                 kLdBf16, qsub + (sb == 0 ? 0 : (sb == 1 ? 48 : 80)) * kLdBf16,
-                                 kLdBf16, s.tmp + 16 * sb * kLdF32, kLdF32, false);
-      }
-      __syncthreads();
-      for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-        const int j = idx / kBK, col = idx % kBK;
-        const int n = (j & ~15) + 15;
-        const float gj = s.G[j * kLdF32 + col];
-        float acc = j < 48 ? exp2f(s.G[n * kLdF32 + col] - gj) * s.tmp[j * kLdF32 + col] : 0.0f;
-        for (int i = j; i <= n; ++i) {
-          acc += s.dA[i * kLdF32 + j] * ToFloat(s.q[i * kLdBf16 + col]) *
-                 exp2f(s.G[i * kLdF32 + col] - gj);
-        }
-        s.dk[j * kLdF32 + col] += acc;
-      }
-    }
-    __syncthreads();
-    // Write dq, dk; keep the dg terms q dq - k dk (+ k dk_inter: the s >= t part).
-    for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-      const int i = idx / kBK, col = idx % kBK;
-      const float dq = s.dq[i * kLdF32 + col], dk = s.dk[i * kLdF32 + col];
-      const float term =
-          ToFloat(s.q[i * kLdBf16 + col]) * dq - ToFloat(s.k[i * kLdBf16 + col]) * dk;
-      if (i < c.rows) {
-        RowPtr(p.dq, p.qk_strides, c.batch, c.t0 + i, h)[k0 + col] = __float2bfloat16(dq);
-        RowPtr(p.dk, p.qk_strides, c.batch, c.t0 + i, h)[k0 + col] = __float2bfloat16(dk);
-      }
-      s.dq[i * kLdF32 + col] = term + s.kdk[i * kLdF32 + col];
-    }
-    __syncthreads();
-    {
-      // Per column: exclusive prefix of k dk_inter, inclusive suffix of the terms; two threads per
-      // column, 32 rows each, joined through prefix_half / suffix_half.
-      const int col = threadIdx.x % 64, half = threadIdx.x / 64;
-      if (half < 2) {
-        float pre = 0.0f, suf = 0.0f;
-        for (int i = half * 32; i < half * 32 + 32; ++i) {
-          const float kd = s.kdk[i * kLdF32 + col];
-          s.kdk[i * kLdF32 + col] = pre;
-          pre += kd;
-        }
-        for (int i = half * 32 + 31; i >= half * 32; --i) {
-          suf += s.dq[i * kLdF32 + col];
-          s.dq[i * kLdF32 + col] = suf;
-        }
-        if (half == 0) s.prefix_half[col] = pre; else s.suffix_half[col] = suf;
-      }
-      __syncthreads();
-      if (half < 2 && p.dg != nullptr) {
-        const float base = s.R[col] * exp2f(s.G[(kBT - 1) * kLdF32 + col]) +
-                           (half == 1 ? s.prefix_half[col] : s.suffix_half[col]);
-        for (int i = half * 32; i < min(half * 32 + 32, c.rows); ++i) {
-          RowPtr(p.dg, p.g_strides, c.batch, c.t0 + i, h)[k0 + col] =
-              base + s.kdk[i * kLdF32 + col] + s.dq[i * kLdF32 + col];
-        }
-      }
+  if (half < 2 && p.dg != nullptr) {
+    const float base = s.R[col] * exp2f(g(kBT - 1, col)) +
+                       (half == 1 ? s.prefix_half[col] : s.suffix_half[col]);
+    for (int i = half * 32; i < min(half * 32 + 32, c.rows); ++i) {
+      RowPtr(p.dg, p.g_strides, c.batch, c.t0 + i, h)[k0 + col] =
+          base + kdk[i * kLdF32 + col] + terms[i * kLdF32 + col];
     }
   }
 }

@@ -58,14 +58,14 @@ __device__ inline void AddRowSums(float* sums, F f) {
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const int row = tile::Acc64::Row(i) + tile::WarpAcc16::LaneRow() + 8 * half;
+      const int row = tile::Acc64::ElementRow(i, 2 * half);
       float sum = 0.0f;
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8) {
 #pragma unroll
-        for (int b = 0; b < 2; ++b) {  // WarpAcc16's x[4 n8 + 2 half + b]
-          const int col = tile::Acc64::Col() + 8 * n8 + tile::WarpAcc16::LaneCol() + b;
-          sum += f(row, col, i, 4 * n8 + 2 * half + b);
+        for (int b = 0; b < 2; ++b) {  // the elements of this row: x[4 n8 + 2 half + b]
+          const int e = 4 * n8 + 2 * half + b;
+          sum += f(row, tile::Acc64::ElementCol(e), i, e);
         }
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
@@ -176,18 +176,8 @@ __global__ void __launch_bounds__(kThreads) HeadGradQKKernel(ChunkGatedParams p,
     AddBlockSum(sum, state_sum);
   }
   __syncthreads();  // every product is done with the d_o and v tiles: they take the results
-  dq.StoreBf16(xo, kLdBf16);
-  dk.StoreBf16(xv, kLdBf16);
-  __syncthreads();
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    if (r < c.rows) {
-      *reinterpret_cast<uint4*>(RowPtr(p.dq, p.qk_strides, c.batch, c.t0 + r, h) + k0 + c8 * 8) =
-          *reinterpret_cast<const uint4*>(xo + r * kLdBf16 + c8 * 8);
-      *reinterpret_cast<uint4*>(RowPtr(p.dk, p.qk_strides, c.batch, c.t0 + r, h) + k0 + c8 * 8) =
-          *reinterpret_cast<const uint4*>(xv + r * kLdBf16 + c8 * 8);
-    }
-  }
+  StoreAccRows(dq, xo, p.dq, p.qk_strides, c, h, k0);
+  StoreAccRows(dk, xv, p.dk, p.qk_strides, c, h, k0);
   if constexpr (kGateGrad) {
     float* part = parts + ((int64_t{c.global} * p.heads + h) * gridDim.z + blockIdx.z) * kPartStride;
     if (threadIdx.x < kBT) {

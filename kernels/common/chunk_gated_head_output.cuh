@@ -28,8 +28,6 @@
 
 namespace flame::kernels::gated_chunk {
 
-constexpr int kTileElems = kBT * kLdBf16;  // one 64-row bf16 tile
-
 // Dynamic shared memory: G (64 fp32), then bf16 tiles: X and Y (K/64 slices each), the K/64
 // state tiles of the V slice, the right-hand tile (v or d_o), the masked scores.
 // K = 128: 8 tiles, 73.984 KB (3 blocks per SM); K = 256: 14 tiles (1 block per SM).
@@ -94,16 +92,7 @@ __global__ void __launch_bounds__(kThreads) HeadOutputKernel(ChunkGatedParams p,
   });
   __syncthreads();  // every warp's scores are stored; X is no longer read
   tile::MmaBf16Acc64<true, true>(acc, kBT, scores, kLdBf16, rhs, kLdBf16);
-  acc.StoreBf16(x, kLdBf16);
-  __syncthreads();
-  bf16* out = kGradV ? p.dv : p.o;
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    if (r < c.rows) {
-      *reinterpret_cast<uint4*>(RowPtr(out, p.v_strides, c.batch, c.t0 + r, h) + v0 + c8 * 8) =
-          *reinterpret_cast<const uint4*>(x + r * kLdBf16 + c8 * 8);
-    }
-  }
+  StoreAccRows(acc, x, kGradV ? p.dv : p.o, p.v_strides, c, h, v0);
 }
 
 }  // namespace flame::kernels::gated_chunk

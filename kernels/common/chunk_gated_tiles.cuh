@@ -24,6 +24,7 @@ constexpr int kBK = 64;               // K and V slice width
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr float kRcpLn2 = 1.4426950408889634f;
+constexpr int kTileElems = kBT * kLdBf16;  // one 64-row bf16 tile
 static_assert(kBT == 64 && kBK == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles, 256 threads");
 
 enum class Gate {
@@ -111,6 +112,22 @@ __device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const Chunk
     const int r = idx / 8, c8 = idx % 8;
     __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8,
                             states + StateOffset(p, global, h, k0 + r, v0 + c8 * 8), 16);
+  }
+}
+
+// Rows [0, c.rows) of a 64 x 64 accumulator into columns [col0, col0 + 64) of a [B,T,H,D] bf16
+// tensor, staged through `staging` (a bf16 tile no warp still reads) for 16-byte stores.
+// Synchronises.
+__device__ inline void StoreAccRows(const tile::Acc64& acc, bf16* staging, bf16* base,
+                                    const TensorStrides& s, const Chunk& c, int h, int col0) {
+  acc.StoreBf16(staging, kLdBf16);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8;
+    if (r < c.rows) {
+      *reinterpret_cast<uint4*>(RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8) =
+          *reinterpret_cast<const uint4*>(staging + r * kLdBf16 + c8 * 8);
+    }
   }
 }
 

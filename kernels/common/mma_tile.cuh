@@ -196,17 +196,21 @@ struct Acc64 {
     part[0].Scale(f);
     part[1].Scale(f);
   }
-  // x = f(row, col, x) for every element this lane holds (row, col: its place in C).
+  // The place in C of element e of part i (WarpAcc16's x[4h + 2 half + b] is its
+  // C(g + 8 half, 8h + 2t + b)).
+  __device__ __forceinline__ static int ElementRow(int i, int e) {
+    return Row(i) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
+  }
+  __device__ __forceinline__ static int ElementCol(int e) {
+    return Col() + 8 * (e / 4) + WarpAcc16::LaneCol() + e % 2;
+  }
+  // x = f(row, col, x) for every element this lane holds.
   template <typename F>
   __device__ __forceinline__ void Transform(F f) {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {  // x[4h + 2 half + b] = C(row g + 8 half, col 8h + 2t + b)
-        const int row = Row(i) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
-        const int col = Col() + 8 * (e / 4) + WarpAcc16::LaneCol() + e % 2;
-        part[i].x[e] = f(row, col, part[i].x[e]);
-      }
+      for (int e = 0; e < 8; ++e) part[i].x[e] = f(ElementRow(i, e), ElementCol(e), part[i].x[e]);
     }
   }
   // c = C as bf16 (64 x 64 shared tile, ldc even), each warp writing only its own tiles.
@@ -345,6 +349,22 @@ __device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, int kd, const bf16* a, 
     ptx::MmaM16N8K16Bf16(acc.part[0].x + 4, fa0, fb[2], fb[3]);
     ptx::MmaM16N8K16Bf16(acc.part[1].x, fa1, fb[0], fb[1]);
     ptx::MmaM16N8K16Bf16(acc.part[1].x + 4, fa1, fb[2], fb[3]);
+  }
+}
+
+// acc += A[16 x kd] B[kd x 16] by one warp from bf16 tiles, with a pointing at A(0, 0) and b at
+// B(0, 0) (layout flags as Mma; kd a multiple of 16).
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaBf16Warp16(WarpAcc16& acc, int kd, const bf16* a, int lda,
+                                              const bf16* b, int ldb) {
+  const Bf16AOperand<kARowMajor> ao(a, lda);
+  const Bf16BOperand<kBRowMajor> bo(b, ldb);
+  for (int l = 0; l < kd; l += 16) {
+    uint32_t fa[4], fb[4];
+    ao.Load(fa, l);
+    bo.Load(fb, l);
+    ptx::MmaM16N8K16Bf16(acc.x, fa, fb[0], fb[1]);
+    ptx::MmaM16N8K16Bf16(acc.x + 4, fa, fb[2], fb[3]);
   }
 }
 

@@ -6,7 +6,7 @@
 namespace flame::kernels {
 
 size_t GlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward) {
-  return gated_chunk::WorkspaceBytes(params, backward);
+  return gated_chunk::WorkspaceBytes(params, gated_chunk::Gate::kChannel, backward);
 }
 
 cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {

@@ -6,7 +6,7 @@
 namespace flame::kernels {
 
 size_t SimpleGlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward) {
-  return gated_chunk::WorkspaceBytes(params, backward);
+  return gated_chunk::WorkspaceBytes(params, gated_chunk::Gate::kHead, backward);
 }
 
 cudaError_t SimpleGlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {
