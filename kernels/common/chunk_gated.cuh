@@ -9,7 +9,7 @@
 //   o     scale * [(Q * 2^G) h_c + tril(A) V],  A_ij = sum_k q_ik k_jk 2^(G_ik - G_jk)
 //   dh_c  gradient of the state leaving chunk c: dh_{c-1} = diag(2^G_last) dh_c + scale (Q*2^G)^T dO
 //   dg    reverse cumsum over the sequence of (q dq - k dk), rewritten per chunk so that it
-//         needs no pass over the sequence (see GradQKKernel).
+//         needs no pass over the sequence (see chunk_gated_channel.cuh).
 // States are stored per chunk in bf16 (fla does the same in its forward); the running state and
 // every accumulator are fp32.
 //
@@ -19,8 +19,8 @@
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadOutputKernel (o or dv), HeadGradQKKernel + HeadGateGradKernel (dq,
 //                        dk, dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
-//   channel gate:        ChannelScoresKernel + ChannelOutputKernel (o or dv), GradQKKernel (dq,
-//                        dk, dg); chunk_gated_channel.cuh
+//   channel gate:        ChannelScoresKernel + ChannelOutputKernel (o or dv), ChannelGradQKKernel
+//                        (dq, dk, dg); chunk_gated_channel.cuh
 // Kernels that serve one gate kind are templates on it (or on another parameter) so that this
 // header can define them in both launchers' translation units.
 #pragma once
@@ -123,7 +123,8 @@ template <typename... Args>
 cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, size_t smem,
                          cudaStream_t stream, const ChunkGatedParams& p, Args... args) {
   cudaError_t err =
-      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem));
+      cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                           static_cast<int>(smem));
   if (err != cudaSuccess) return err;
   kernel<<<grid, kThreads, smem, stream>>>(p, args...);
   return cudaGetLastError();
@@ -207,8 +208,8 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
     return cudaGetLastError();
   } else {
     return LaunchKernel<const bf16*, const bf16*>(
-        GradQKKernel<kGate>, dim3(p.total_chunks, p.heads, p.k_dim / kBK), sizeof(GradQKSmem),
-        stream, p, w.states, w.d_states);
+        ChannelGradQKKernel<kGate>, dim3(p.total_chunks, p.heads, p.k_dim / kBK),
+        sizeof(ChannelGradSmem), stream, p, w.states, w.d_states);
   }
 }
 

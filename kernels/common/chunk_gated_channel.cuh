@@ -7,7 +7,7 @@
 //   ChannelScoresKernel  grid (chunks, H): P = scale tril(A) (bf16) and the decayed operand X
 //                        (forward q scale 2^G, backward k 2^(G_last - G)) into the workspace
 //   ChannelOutputKernel  grid (chunks, H, V/64): o = X h_c + P V, or dv = X dh_c + P^T dO
-//   GradQKKernel         grid (chunks, H, K/64): dq, dk and dg of one K slice (the channel
+//   ChannelGradQKKernel  grid (chunks, H, K/64): dq, dk and dg of one K slice (the channel
 //                        gate's dg is per key channel, so the slices are independent)
 // Why the scores have their own kernel: they are the costly part (sub-chunk operands, the
 // elementwise diagonal), and the output's V slices would each recompute them; written once,
@@ -224,7 +224,7 @@ __device__ inline void BuildSubChunkOperands(bf16* ksub, bf16* qsub, const bf16*
   }
 }
 
-struct GradQKSmem {
+struct ChannelGradSmem {
   alignas(128) float G[kBT * kLdF32];    // 17408 B: gate cumsum of this K slice
   alignas(128) float dA[kBT * kLdF32];   // 17408 B: scale tril(dO V^T), fp32 (diagonal blocks)
   alignas(128) bf16 dAb[kBT * kLdBf16];  // 9216 B: the same in bf16 (off-diagonal products)
@@ -237,15 +237,16 @@ struct GradQKSmem {
   float prefix_half[kBK];  // sum of k dk_inter over rows 0..31
   float suffix_half[kBK];  // sum of dg terms over rows 32..63
 };  // 100 KB: two blocks per SM
-static_assert(2 * kBT * kLdF32 * sizeof(float) <= sizeof(GradQKSmem::work), "dg tiles fit");
-static_assert(192 * kLdBf16 * sizeof(bf16) <= sizeof(GradQKSmem::work), "sub-chunk rows fit");
+static_assert(2 * kBT * kLdF32 * sizeof(float) <= sizeof(ChannelGradSmem::work), "dg tiles fit");
+static_assert(192 * kLdBf16 * sizeof(bf16) <= sizeof(ChannelGradSmem::work), "sub-chunk rows fit");
 
 template <Gate kGate>
-__global__ void __launch_bounds__(kThreads) GradQKKernel(ChunkGatedParams p, const bf16* states,
-                                                         const bf16* d_states) {
+__global__ void __launch_bounds__(kThreads) ChannelGradQKKernel(ChunkGatedParams p,
+                                                                const bf16* states,
+                                                                const bf16* d_states) {
   static_assert(kGate == Gate::kChannel, "the head gate's is HeadGradQKKernel");
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  GradQKSmem& s = *reinterpret_cast<GradQKSmem*>(smem_raw);
+  ChannelGradSmem& s = *reinterpret_cast<ChannelGradSmem*>(smem_raw);
   bf16* tiles = reinterpret_cast<bf16*>(s.work);
   bf16* xo = tiles;                   // d_o, the current V slice
   bf16* xv = xo + kTileElems;         // v
@@ -307,8 +308,10 @@ __global__ void __launch_bounds__(kThreads) GradQKKernel(ChunkGatedParams p, con
   __syncthreads();  // dA, dAb and the operands are in
 
   // Intra-chunk parts, per 16-row tile of the warp (sub-chunk sb, reference rows n and last):
-  //   dq_i += 2^(G_i - G_n) sum_{j < n} dA_ij ksub_j + sum_{n <= j <= i} dA_ij k_j 2^(G_i - G_j)
-  //   dk_j += 2^(G_last - G_j) sum_{i > last} dA_ij qsub_i + sum_{j <= i <= last} dA_ij q_i 2^(G_i - G_j)
+  //   dq_i += 2^(G_i - G_n) sum_{j < n} dA_ij ksub_j
+  //           + sum_{n <= j <= i} dA_ij k_j 2^(G_i - G_j)
+  //   dk_j += 2^(G_last - G_j) sum_{i > last} dA_ij qsub_i
+  //           + sum_{j <= i <= last} dA_ij q_i 2^(G_i - G_j)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int sb = tile::Acc64::Row(i) / 16, n = 16 * sb, last = n + 15;

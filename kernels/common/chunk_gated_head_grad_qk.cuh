@@ -1,5 +1,5 @@
-// dq, dk and dg of chunk_simple_gla: the per-head gate's GradQKKernel. Device code; included
-// through chunk_gated.cuh.
+// dq, dk and dg of chunk_simple_gla (the per-head gate; chunk_gla's are in
+// chunk_gated_channel.cuh). Device code; included through chunk_gated.cuh.
 //
 // HeadGradQKKernel: one block per (chunk, head, 64-wide K slice), every operand staged with
 // asynchronous copies in two groups (d_o, v, q, k first: the scores' gradient needs only those;
@@ -12,8 +12,8 @@
 // adds them up:
 //   dg_i = 2^G_last <dh_c, h_c> + sum_{r<i} kdk_r + sum_{r>=i} (q_r.dq_r - k_r.dk_r + kdk_r),
 //   kdk_r = k_r . dk_inter_r
-// (GradQKKernel's per-chunk form of the reverse cumsum; see chunk_gated.cuh.)
-// Why not GradQKKernel's layout (one block per chunk, synchronous loads before every product, C in
+// (the per-chunk form of the reverse cumsum; see chunk_gated_channel.cuh.)
+// Why not the earlier layout (one block per chunk, synchronous loads before every product, C in
 // shared memory): 514 us per call at (4,2048,16,128), waiting on memory with two blocks per SM.
 #pragma once
 
@@ -179,7 +179,8 @@ __global__ void __launch_bounds__(kThreads) HeadGradQKKernel(ChunkGatedParams p,
   StoreAccRows(dq, xo, p.dq, p.qk_strides, c, h, k0);
   StoreAccRows(dk, xv, p.dk, p.qk_strides, c, h, k0);
   if constexpr (kGateGrad) {
-    float* part = parts + ((int64_t{c.global} * p.heads + h) * gridDim.z + blockIdx.z) * kPartStride;
+    const int64_t slice = (int64_t{c.global} * p.heads + h) * gridDim.z + blockIdx.z;
+    float* part = parts + slice * kPartStride;
     if (threadIdx.x < kBT) {
       part[kPartKdk + threadIdx.x] = kdk_row[threadIdx.x];
       part[kPartTerms + threadIdx.x] = term_row[threadIdx.x];
@@ -192,7 +193,7 @@ __global__ void __launch_bounds__(kThreads) HeadGradQKKernel(ChunkGatedParams p,
 // that the header defines it in each launcher's translation unit without a clash.)
 template <Gate kGate>
 __global__ void __launch_bounds__(kBT) HeadGateGradKernel(ChunkGatedParams p, const float* parts) {
-  static_assert(kGate == Gate::kHead, "the channel gate's dg comes from GradQKKernel");
+  static_assert(kGate == Gate::kHead, "the channel gate's dg comes from ChannelGradQKKernel");
   __shared__ float kdk[kBT], terms[kBT];
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y, i = threadIdx.x, slices = p.k_dim / kBK;

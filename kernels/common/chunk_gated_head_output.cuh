@@ -12,7 +12,7 @@
 // and column scalings: no decayed copy of q or k is made. The scores are recomputed per V slice
 // (2 x 64 x 64 x K FLOPs, small beside the slice's own products) so that the slices run as
 // separate blocks.
-// Why not ChunkOutputKernel's layout (one block per chunk, loops over the slices with a load and a
+// Why not the earlier layout (one block per chunk, loops over the slices with a load and a
 // barrier before each product, C in shared memory): at (4,2048,16,128) it took 199 us per call,
 // mostly waiting on its synchronous loads with two blocks per SM.
 #pragma once
@@ -32,7 +32,8 @@ namespace flame::kernels::gated_chunk {
 // state tiles of the V slice, the right-hand tile (v or d_o), the masked scores.
 // K = 128: 8 tiles, 73.984 KB (3 blocks per SM); K = 256: 14 tiles (1 block per SM).
 inline size_t HeadOutputSmemBytes(int k_dim) {
-  return kBT * sizeof(float) + static_cast<size_t>(3 * (k_dim / kBK) + 2) * kTileElems * sizeof(bf16);
+  const size_t tiles = 3 * (k_dim / kBK) + 2;
+  return kBT * sizeof(float) + tiles * kTileElems * sizeof(bf16);
 }
 
 template <bool kGradV>
@@ -42,11 +43,11 @@ __global__ void __launch_bounds__(kThreads) HeadOutputKernel(ChunkGatedParams p,
   float* G = reinterpret_cast<float*>(smem_raw);
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kBT * sizeof(float));
   const int slices = p.k_dim / kBK;
-  bf16* x = tiles;                          // q (forward) or k (backward), slice kk at kk * kTileElems
-  bf16* y = x + slices * kTileElems;        // k (forward) or q (backward)
-  bf16* st = y + slices * kTileElems;       // h_c or dh_c, rows kk * 64 .. of this V slice
-  bf16* rhs = st + slices * kTileElems;     // v or d_o
-  bf16* scores = rhs + kTileElems;          // P (forward) or P' (backward), bf16
+  bf16* x = tiles;                       // q (forward) or k (backward); slice kk at kk * kTileElems
+  bf16* y = x + slices * kTileElems;     // k (forward) or q (backward)
+  bf16* st = y + slices * kTileElems;    // h_c or dh_c, rows kk * 64 .. of this V slice
+  bf16* rhs = st + slices * kTileElems;  // v or d_o
+  bf16* scores = rhs + kTileElems;       // P (forward) or P' (backward), bf16
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y, v0 = blockIdx.z * kBK;
 

@@ -25,7 +25,8 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr float kRcpLn2 = 1.4426950408889634f;
 constexpr int kTileElems = kBT * kLdBf16;  // one 64-row bf16 tile
-static_assert(kBT == 64 && kBK == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles, 256 threads");
+static_assert(kBT == 64 && kBK == 64 && kThreads == 256,
+              "tile loops assume 64 x 64 tiles, 256 threads");
 
 enum class Gate {
   kHead,     // g [B,T,H] or g_gamma [H]: one decay per head and token
@@ -153,7 +154,8 @@ __device__ inline void FetchGate(GateRegs<kGate>& regs, const ChunkGatedParams& 
     const int r = threadIdx.x;
     regs.x[0] = 0.0f;
     if (r < c.rows) {
-      regs.x[0] = p.g_gamma != nullptr ? p.g_gamma[h] : *RowPtr(p.g, p.g_strides, c.batch, c.t0 + r, h);
+      regs.x[0] = p.g_gamma != nullptr ? p.g_gamma[h]
+                                       : *RowPtr(p.g, p.g_strides, c.batch, c.t0 + r, h);
     }
   }
 }

@@ -94,8 +94,10 @@ struct WarpAcc16 {
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
-        ptx::StoreShared(base + 2 * (half * 8 * ldc + h * 8), *reinterpret_cast<const uint32_t*>(&v));
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
+        ptx::StoreShared(base + 2 * (half * 8 * ldc + h * 8),
+                         *reinterpret_cast<const uint32_t*>(&v));
       }
     }
   }
