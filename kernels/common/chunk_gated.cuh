@@ -82,7 +82,7 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
   };
   w.states = static_cast<bf16*>(take(StateBytes(p, chunks, sizeof(bf16))));
   if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks, sizeof(bf16))));
-  w.decays = static_cast<float*>(take(DecaysBytes(p, chunks)));
+  w.decays = static_cast<float*>(take(DecaysBytes(p, chunks, gate)));
   if (gate == Gate::kHead) {
     if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
   } else {

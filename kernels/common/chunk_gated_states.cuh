@@ -40,8 +40,9 @@ __device__ inline int64_t DecayOffset(const ChunkGatedParams& p, int global, int
   return kGate == Gate::kChannel ? at * p.k_dim + row : at;
 }
 
-inline size_t DecaysBytes(const ChunkGatedParams& p, int chunks) {
-  return static_cast<size_t>(chunks) * p.heads * p.k_dim * sizeof(float);
+inline size_t DecaysBytes(const ChunkGatedParams& p, int chunks, Gate gate) {
+  return static_cast<size_t>(chunks) * p.heads * (gate == Gate::kChannel ? p.k_dim : 1) *
+         sizeof(float);
 }
 
 // ChunkUpdateKernel's shared memory (dynamic): the gate cumsum, then per product the token-major
