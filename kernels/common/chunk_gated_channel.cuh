@@ -102,8 +102,7 @@ struct ScoresSmem {
   alignas(128) bf16 scratch[160 * kLdBf16];  // 23040 B: sub-chunk operands
 };  // 76 KB
 
-// Eight adjacent values of row r, computed by f(col) for col = col0 .. col0 + 7, as one 16-byte
-// store to dst.
+// dst[e] = f(e) for e = 0 .. 7, as one 16-byte store (dst 16-byte aligned).
 template <typename F>
 __device__ inline void StoreEight(bf16* dst, F f) {
   alignas(16) __nv_bfloat162 packed[4];
@@ -112,6 +111,8 @@ __device__ inline void StoreEight(bf16* dst, F f) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(packed);
 }
 
+// One (chunk, head) per block: the scores summed over the K slices (synchronous loads; the
+// slice's decayed operand written as it goes), then P.
 template <bool kGradV>
 __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams p, bf16* scores,
                                                                 bf16* decayed) {

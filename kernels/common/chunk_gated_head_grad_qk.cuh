@@ -23,7 +23,6 @@
 
 #include <cstdint>
 
-#include "kernels/common/chunk_gated_head_output.cuh"
 #include "kernels/common/chunk_gated_params.h"
 #include "kernels/common/chunk_gated_tiles.cuh"
 #include "kernels/common/mma_tile.cuh"
@@ -46,7 +45,8 @@ inline size_t GradPartsBytes(const ChunkGatedParams& p, int chunks) {
 // K = V = 128: 11 tiles, 102 KB (2 blocks per SM); V = 256: 19 tiles (1 block per SM).
 constexpr int kGradHeaderBytes = 1024;
 inline size_t HeadGradQKSmemBytes(int v_dim) {
-  return kGradHeaderBytes + static_cast<size_t>(4 * (v_dim / kBK) + 3) * kTileElems * sizeof(bf16);
+  const size_t tiles = 4 * (v_dim / kBK) + 3;
+  return kGradHeaderBytes + tiles * kTileElems * sizeof(bf16);
 }
 
 // sums[r] += sum over this lane's elements of f(r, col, i, e), f reading element e of part i of

@@ -1,5 +1,5 @@
-// o (forward) and dv (backward) of chunk_simple_gla: the per-head gate's ChunkOutputKernel.
-// Device code; included through chunk_gated.cuh.
+// o (forward) and dv (backward) of chunk_simple_gla (the per-head gate; chunk_gla's are in
+// chunk_gated_channel.cuh). Device code; included through chunk_gated.cuh.
 //
 // One block per (chunk, head, 64-wide V slice), all operands staged at once with asynchronous
 // copies and every product accumulated in registers:
@@ -18,6 +18,7 @@
 #pragma once
 
 #include <cuda_bf16.h>
+#include <cuda_pipeline.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>

@@ -47,15 +47,15 @@ inline size_t DecaysBytes(const ChunkGatedParams& p, int chunks, Gate gate) {
 
 // ChunkUpdateKernel's shared memory (dynamic): the gate cumsum, then per product the token-major
 // operand (k or q, 64 rows x 64 key channels, decayed in place) and the V/64 right-hand tiles
-// (v or d_o), which then take the bf16 results. A 64 x K x V product set per block, so each tile
-// is read once per K slice.
+// (v or d_o), which then take the bf16 results. A block computes its K slice's 64 x V rows of U
+// (and W), so the chunk's v (and d_o) tiles are read once per K slice.
 template <Gate kGate>
 constexpr size_t kUpdateGateBytes = (kGate == Gate::kChannel ? kBT * kLdF32 : kBT) * sizeof(float);
 
 template <Gate kGate>
 inline size_t UpdateSmemBytes(bool backward, int v_dim) {
   return kUpdateGateBytes<kGate> +
-         static_cast<size_t>(backward ? 2 : 1) * (1 + v_dim / kBK) * kBT * kLdBf16 * sizeof(bf16);
+         static_cast<size_t>(backward ? 2 : 1) * (1 + v_dim / kBK) * kTileElems * sizeof(bf16);
 }  // K = V = 128: channel forward 45 KB, backward 72 KB; head gate 28 KB, 55 KB
 
 // Forward: states[c] = U_c. Backward: states[c] = U_c and d_states[c] = W_c (the backward
@@ -66,13 +66,12 @@ __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p
                                                               bf16* d_states, float* decays) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int kProducts = kBackward ? 2 : 1;
-  constexpr int kTile = kBT * kLdBf16;
   float* G = reinterpret_cast<float*>(smem_raw);
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kUpdateGateBytes<kGate>);
   const int vs = p.v_dim / kBK;
-  // Product i: a at tiles + i (1 + vs) kTile, its V slice j at a + (1 + j) kTile.
-  auto a_tile = [&](int i) { return tiles + i * (1 + vs) * kTile; };
-  auto b_tile = [&](int i, int j) { return a_tile(i) + (1 + j) * kTile; };
+  // Product i: a at tiles + i (1 + vs) tiles, its V slice j right after a.
+  auto a_tile = [&](int i) { return tiles + i * (1 + vs) * kTileElems; };
+  auto b_tile = [&](int i, int j) { return a_tile(i) + (1 + j) * kTileElems; };
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y, k0 = blockIdx.z * kBK;
   const bf16* a_src[2] = {p.k, p.q};
@@ -130,7 +129,7 @@ __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p
   }
 }
 
-constexpr int kScanThreads = 256;
+constexpr int kScanThreads = kThreads;  // LaunchKernel's block size
 constexpr int kScanWidth = 8;   // adjacent state entries per thread: one 16-byte bf16 access
 constexpr int kScanAhead = 4;   // chunks whose slots are loaded ahead of the one being updated
 
