@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
-# One GPU-host iteration on the delta-rule kernels, from the repository root, in well under a
-# minute of device time: builds kernels/ standalone, runs both delta-rule GPU tests (errors per
-# case), times chunk_attention_benchmark (ours only; kernels_vs_fla_h200.sh is the run beside
-# fla), and optionally:
+# One GPU-host iteration on the chunk kernels (the delta rule by default), from the repository
+# root, in well under a minute of device time: builds kernels/ standalone, runs the GPU tests
+# (errors per case), times chunk_attention_benchmark (ours only; kernels_vs_fla_h200.sh is the run
+# beside fla), and optionally:
 #   PROFILE=1   ncu time per kernel call (mean over the calls) of PROFILE_OP (default
 #               chunk_gated_delta_rule; any benchmark op) at shape PROFILE_SHAPE (default 0)
 #   SANITIZE=1  compute-sanitizer memcheck (all gated cases) and racecheck (two delta cases)
 #   DETAIL=1    ncu SpeedOfLight / Occupancy / WarpStateStats / memory sections of DETAIL_KERNELS
-#   STALLS=1    ncu stall reasons and instruction counts of STALL_KERNELS, with the static SASS
-#               instruction mix of the delta-rule object (cuobjdump)
+#               (a kernel-name regex) in a run of DETAIL_OP at DETAIL_SHAPE (defaults: the delta-rule
+#               tile kernels, chunk_gated_delta_rule, shape 0)
+#   STALLS=1    ncu stall reasons and instruction counts of STALL_KERNELS in a run of STALL_OP
+#               (default chunk_gated_delta_rule, shape 0), with the static SASS instruction mix of
+#               STALL_KERNELS_SASS in SASS_OBJ (default the delta-rule object; cuobjdump)
 # Knobs: OPS (benchmark ops, default both delta rules), SHAPE (benchmark shape index, default
 # all five), BENCH=0 (no timing), TESTS (test binaries of tests/kernels, default both delta-rule
-# tests; empty for none), TEST_LINES (error lines shown). Logs go to $OUT.
+# tests; empty for none), TEST_LINES (error lines shown). Logs go to $OUT. For chunk_gla, e.g.:
+#   TESTS=chunk_gla_test OPS=chunk_gla PROFILE=1 PROFILE_OP=chunk_gla DETAIL=1 DETAIL_OP=chunk_gla
+#   DETAIL_KERNELS='Channel' SASS_OBJ=gla/chunk_gla
+# (the SANITIZE step stays on the delta-rule tests).
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}; B=${BUILD:-/tmp/flame-delta}; t0=$(date +%s)
@@ -58,8 +64,8 @@ if [ "${DETAIL:-0}" = 1 ]; then
   FLAME_BENCH_REPS=1 FLAME_BENCH_WARMUP=0 FLAME_BENCH_BUDGET_MS=0 timeout 240 ncu --clock-control none \
     -k regex:"${DETAIL_KERNELS:-ChunkPrepare|RowTerms|RowGrads|StateBackward|OutputKernel|WYBackward}" -c ${DETAIL_COUNT:-6} \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
-    $B/chunk_attention_benchmark chunk_gated_delta_rule 0 > $OUT/ncu_detail.log 2>&1
-  grep -E "tiles::|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Block Limit Shared|stalled|Stall|L1/TEX Hit|Mem Busy|Max Bandwidth" $OUT/ncu_detail.log | cut -c1-220 | head -${DETAIL_LINES:-120}
+    $B/chunk_attention_benchmark ${DETAIL_OP:-chunk_gated_delta_rule} ${DETAIL_SHAPE:-0} > $OUT/ncu_detail.log 2>&1
+  grep -E "tiles::|gated_chunk::|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Block Limit Shared|stalled|Stall|L1/TEX Hit|Mem Busy|Max Bandwidth" $OUT/ncu_detail.log | cut -c1-220 | head -${DETAIL_LINES:-120}
   el detailed
 fi
 if [ "${STALLS:-0}" = 1 ]; then
@@ -67,9 +73,9 @@ if [ "${STALLS:-0}" = 1 ]; then
     -k regex:"${STALL_KERNELS:-StateForward|StateBackward}" -c ${STALL_COUNT:-2} \
     --section WarpStateStats --section InstructionStats --section SourceCounters \
     --metrics 'regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,smsp__inst_executed.sum,smsp__cycles_active.avg' \
-    $B/chunk_attention_benchmark chunk_gated_delta_rule 0 > $OUT/stalls.log 2>&1
-  grep -E "tiles::|inst_executed.sum|cycles_active|Executed Instructions  |issue_stalled" $OUT/stalls.log | awk '$NF+0 > 0.05 || /tiles::|inst/' | cut -c1-160 | head -90
-  cuobjdump -sass $B/CMakeFiles/flame_kernels.dir/delta_rule/chunk_delta_rule.cu.o > $OUT/all.sass 2>&1
+    $B/chunk_attention_benchmark ${STALL_OP:-chunk_gated_delta_rule} 0 > $OUT/stalls.log 2>&1
+  grep -E "tiles::|gated_chunk::|inst_executed.sum|cycles_active|Executed Instructions  |issue_stalled" $OUT/stalls.log | awk '$NF+0 > 0.05 || /tiles::|gated_chunk::|inst/' | cut -c1-160 | head -90
+  cuobjdump -sass $B/CMakeFiles/flame_kernels.dir/${SASS_OBJ:-delta_rule/chunk_delta_rule}.cu.o > $OUT/all.sass 2>&1
   for k in ${STALL_KERNELS_SASS:-StateForward StateBackward}; do
     echo "== $k"; awk "/Function : .*$k/{f=1;next} /Function :/{f=0} f" $OUT/all.sass | grep -oE "^\s+/\*[0-9a-f]+\*/\s+(@!?U?P[0-9T] )?[A-Z][A-Z0-9_]+" | awk '{print $NF}' | sort | uniq -c | sort -rn | head -25 | tr '\n' ' '; echo
   done
