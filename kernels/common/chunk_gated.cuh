@@ -53,8 +53,9 @@ inline int TotalChunks(const ChunkGatedParams& p) {
                                  : p.batch * ((p.seq_len + kBT - 1) / kBT);
 }
 
-inline size_t StateBytes(const ChunkGatedParams& p, int blocks, size_t elem) {
-  return static_cast<size_t>(blocks) * p.heads * p.k_dim * p.v_dim * elem;
+// bf16 K x V states for `blocks` chunks and every head.
+inline size_t StateBytes(const ChunkGatedParams& p, int blocks) {
+  return static_cast<size_t>(blocks) * p.heads * p.k_dim * p.v_dim * sizeof(bf16);
 }
 
 inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
@@ -80,8 +81,8 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
     used += AlignUp(bytes);
     return at;
   };
-  w.states = static_cast<bf16*>(take(StateBytes(p, chunks, sizeof(bf16))));
-  if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks, sizeof(bf16))));
+  w.states = static_cast<bf16*>(take(StateBytes(p, chunks)));
+  if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks)));
   w.decays = static_cast<float*>(take(DecaysBytes(p, chunks, gate)));
   if (gate == Gate::kHead) {
     if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));

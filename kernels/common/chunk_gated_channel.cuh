@@ -33,6 +33,15 @@ namespace flame::kernels::gated_chunk {
 // rows): 0, 16, 48.
 __device__ inline int SubBlockOffset(int s) { return 8 * s * (s - 1); }
 
+// Element (r, col) of ksub, the 96-row scratch of k_j 2^(G_n - G_j) for j < n = 16 s, sub-chunk
+// s = 1, 2, 3 at SubBlockOffset(s): the keys re-referenced to the first row of a later sub-chunk.
+__device__ inline bf16 KsubElement(const bf16* k, const float* G, int r, int col) {
+  const int s = r < 16 ? 1 : (r < 48 ? 2 : 3);
+  const int j = r - SubBlockOffset(s), n = 16 * s;
+  return __float2bfloat16(ToFloat(k[j * kLdBf16 + col]) *
+                          exp2f(G[n * kLdF32 + col] - G[j * kLdF32 + col]));
+}
+
 // A[i][j] (j <= i) += sum over this K slice of q_ik k_jk 2^(G_ik - G_jk). scratch: 160 rows.
 // Starts and ends with the caller's barrier; the elementwise part and the products touch
 // disjoint blocks of A.
@@ -50,10 +59,7 @@ __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, 
   }
   for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
     const int r = idx / kBK, c = idx % kBK;
-    const int s = r < 16 ? 1 : (r < 48 ? 2 : 3);
-    const int j = r - SubBlockOffset(s), n = 16 * s;
-    ksub[r * kLdBf16 + c] = __float2bfloat16(
-        ToFloat(k[j * kLdBf16 + c]) * exp2f(G[n * kLdF32 + c] - G[j * kLdF32 + c]));
+    ksub[r * kLdBf16 + c] = KsubElement(k, G, r, c);
   }
   // Diagonal 16 x 16 blocks, elementwise in fp32.
   for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
@@ -207,16 +213,13 @@ __global__ void __launch_bounds__(kThreads) ChannelOutputKernel(ChunkGatedParams
 // no cancellation between large terms: taking R from the state leaving the chunk instead cancels
 // against k dk_inter only up to bf16 rounding, which swamps dg when decays are strong (dg ~ 0).
 
-// ksub (96 rows): k_j 2^(G_n - G_j) for j < n = 16 s, s = 1, 2, 3 at SubBlockOffset(s);
+// ksub (96 rows, KsubElement);
 // qsub (96 rows): q_i 2^(G_i - G_n'), n' = 16 s + 15, for i > n', s = 0, 1, 2 at QsubOffset(s).
 __device__ inline void BuildSubChunkOperands(bf16* ksub, bf16* qsub, const bf16* q, const bf16* k,
                                              const float* G) {
   for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
     const int r = idx / kBK, col = idx % kBK;
-    const int sk = r < 16 ? 1 : (r < 48 ? 2 : 3);
-    const int j = r - SubBlockOffset(sk), n = 16 * sk;
-    ksub[r * kLdBf16 + col] = __float2bfloat16(
-        ToFloat(k[j * kLdBf16 + col]) * exp2f(G[n * kLdF32 + col] - G[j * kLdF32 + col]));
+    ksub[r * kLdBf16 + col] = KsubElement(k, G, r, col);
     const int sq = r < 48 ? 0 : (r < 80 ? 1 : 2);
     const int i = 16 * sq + 16 + r - QsubOffset(sq);
     const int nq = 16 * sq + 15;

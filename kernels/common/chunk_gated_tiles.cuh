@@ -66,12 +66,6 @@ __device__ inline int64_t StateOffset(const ChunkGatedParams& p, int block, int 
 
 __device__ inline float ToFloat(float x) { return x; }
 __device__ inline float ToFloat(bf16 x) { return __bfloat162float(x); }
-template <typename T>
-__device__ inline T FromFloat(float x);
-template <>
-__device__ inline float FromFloat<float>(float x) { return x; }
-template <>
-__device__ inline bf16 FromFloat<bf16>(float x) { return __float2bfloat16(x); }
 
 __device__ inline float WarpSum(float x) {
   for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
@@ -132,9 +126,9 @@ __device__ inline void StoreAccRows(const tile::Acc64& acc, bf16* staging, bf16*
   }
 }
 
-// Gate tiles load in two steps, so that the sequential state passes can fetch the next chunk's
-// gate into registers while they work on the current one.
-//   channel gate: four threads per column, 16 rows each; head gate: one thread per row.
+// A gate tile loads in two steps, called together by LoadGate: FetchGate reads the chunk's rows
+// into registers (channel gate: four threads per column, 16 rows each; head gate: one thread per
+// row), CommitGate scans them into G.
 template <Gate kGate>
 struct GateRegs {
   float x[kGate == Gate::kChannel ? 16 : 1];
