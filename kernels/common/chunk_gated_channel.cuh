@@ -61,16 +61,44 @@ __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, 
     const int r = idx / kBK, c = idx % kBK;
     ksub[r * kLdBf16 + c] = KsubElement(k, G, r, c);
   }
-  // Diagonal 16 x 16 blocks, elementwise in fp32.
-  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
-    const int i = idx / 16, j = (i & ~15) + idx % 16;
-    if (j > i) continue;
-    float acc = 0.0f;
-    for (int c = 0; c < kBK; ++c) {
-      acc += ToFloat(q[i * kLdBf16 + c]) * ToFloat(k[j * kLdBf16 + c]) *
-             exp2f(G[i * kLdF32 + c] - G[j * kLdF32 + c]);
+  // Diagonal 16 x 16 blocks, elementwise in fp32. Thread t takes rows i0, i0 + 1 and columns
+  // j0, j0 + 1 of sub-chunk t / 64 and two channels per step, so that one 4- or 8-byte shared
+  // load serves four products (one scalar load per product before: the loop was most of this
+  // kernel's instructions). Blocks wholly above the diagonal are skipped; the pair above it in a
+  // diagonal 2 x 2 block is computed (its exponent may overflow) and not stored.
+  {
+    const int n = threadIdx.x / 64 * 16, a = threadIdx.x % 64 / 8, b = threadIdx.x % 8;
+    if (b <= a) {
+      const int i0 = n + 2 * a, j0 = n + 2 * b;
+      float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
+      for (int c = 0; c < kBK; c += 2) {
+        float2 qi[2], gi[2], kj[2], gj[2];
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+          qi[u] = __bfloat1622float2(
+              *reinterpret_cast<const __nv_bfloat162*>(q + (i0 + u) * kLdBf16 + c));
+          kj[u] = __bfloat1622float2(
+              *reinterpret_cast<const __nv_bfloat162*>(k + (j0 + u) * kLdBf16 + c));
+          gi[u] = *reinterpret_cast<const float2*>(G + (i0 + u) * kLdF32 + c);
+          gj[u] = *reinterpret_cast<const float2*>(G + (j0 + u) * kLdF32 + c);
+        }
+#pragma unroll
+        for (int u = 0; u < 2; ++u) {
+#pragma unroll
+          for (int w = 0; w < 2; ++w) {
+            acc[u][w] += qi[u].x * kj[w].x * exp2f(gi[u].x - gj[w].x) +
+                         qi[u].y * kj[w].y * exp2f(gi[u].y - gj[w].y);
+          }
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+#pragma unroll
+        for (int w = 0; w < 2; ++w) {
+          if (j0 + w <= i0 + u) A[(i0 + u) * kLdF32 + j0 + w] += acc[u][w];
+        }
+      }
     }
-    A[i * kLdF32 + j] += acc;
   }
   __syncthreads();
   for (int s = 1; s < 4; ++s) {
@@ -331,20 +359,44 @@ __global__ void __launch_bounds__(kThreads) ChannelGradQKKernel(ChunkGatedParams
       tile::MmaBf16Warp16<false, true>(off_k, kBT - last - 1, s.dAb + (last + 1) * kLdBf16 + n,
                                        kLdBf16, qsub + QsubOffset(sb) * kLdBf16 + col0, kLdBf16);
     }
+    // Elements e and e + 1 are adjacent columns of one row: one dA load and one 4- and one 8-byte
+    // load of k (or q) and G serve both.
+    auto pair = [](const bf16* t, int r, int col) {
+      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(t + r * kLdBf16 + col));
+    };
+    auto g2 = [&](int r, int col) {
+      return *reinterpret_cast<const float2*>(s.G + r * kLdF32 + col);
+    };
 #pragma unroll
-    for (int e = 0; e < 8; ++e) {
+    for (int e = 0; e < 8; e += 2) {
       const int r = tile::Acc64::ElementRow(i, e), col = tile::Acc64::ElementCol(e);
-      const float gr = g(r, col);
-      float aq = sb >= 1 ? exp2f(gr - g(n, col)) * off_q.x[e] : 0.0f;
+      const float2 gr = g2(r, col);
+      float2 aq = make_float2(0.0f, 0.0f);
+      if (sb >= 1) {
+        const float2 gn = g2(n, col);
+        aq = make_float2(exp2f(gr.x - gn.x) * off_q.x[e], exp2f(gr.y - gn.y) * off_q.x[e + 1]);
+      }
       for (int jj = n; jj <= r; ++jj) {
-        aq += s.dA[r * kLdF32 + jj] * ToFloat(s.k[jj * kLdBf16 + col]) * exp2f(gr - g(jj, col));
+        const float d = s.dA[r * kLdF32 + jj];
+        const float2 kv = pair(s.k, jj, col), gj = g2(jj, col);
+        aq.x += d * kv.x * exp2f(gr.x - gj.x);
+        aq.y += d * kv.y * exp2f(gr.y - gj.y);
       }
-      dq.part[i].x[e] += aq;
-      float ak = sb <= 2 ? exp2f(g(last, col) - gr) * off_k.x[e] : 0.0f;
+      dq.part[i].x[e] += aq.x;
+      dq.part[i].x[e + 1] += aq.y;
+      float2 ak = make_float2(0.0f, 0.0f);
+      if (sb <= 2) {
+        const float2 gl = g2(last, col);
+        ak = make_float2(exp2f(gl.x - gr.x) * off_k.x[e], exp2f(gl.y - gr.y) * off_k.x[e + 1]);
+      }
       for (int ii = r; ii <= last; ++ii) {
-        ak += s.dA[ii * kLdF32 + r] * ToFloat(s.q[ii * kLdBf16 + col]) * exp2f(g(ii, col) - gr);
+        const float d = s.dA[ii * kLdF32 + r];
+        const float2 qv = pair(s.q, ii, col), gi = g2(ii, col);
+        ak.x += d * qv.x * exp2f(gi.x - gr.x);
+        ak.y += d * qv.y * exp2f(gi.y - gr.y);
       }
-      dk.part[i].x[e] += ak;
+      dk.part[i].x[e] += ak.x;
+      dk.part[i].x[e + 1] += ak.y;
     }
   }
   __syncthreads();  // the sub-chunk operands are read: the dg tiles take their place
