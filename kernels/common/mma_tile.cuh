@@ -332,6 +332,74 @@ struct Bf16BOperand {
   }
 };
 
+// TF32 products with a bf16 A operand (bf16 values are exact in TF32) and an fp32 B operand of
+// TF32 values: for kernels that keep the large operand in bf16 (half the traffic and shared
+// memory) but want the other one, a carried fp32 state, rounded only to TF32. A bf16 ldmatrix
+// gives lane (g, t) columns 2t and 2t + 1 of row g in one register, where the TF32 fragment wants
+// columns t and t + 4. A product sums over k in any order, so the step reads k slot t as column
+// 2t and slot t + 4 as column 2t + 1 -- in both operands: the B loader reads rows 2t and 2t + 1.
+//
+// A: one bf16 ldmatrix.x4 (Bf16AOperand's addressing, either layout) covers 16 k, unpacked into
+// the fragments of the two TF32 k steps.
+template <bool kRowMajor>
+struct Bf16AsTf32AOperand {
+  Bf16AOperand<kRowMajor> pairs;
+  __device__ __forceinline__ Bf16AsTf32AOperand(const bf16* a, int lda) : pairs(a, lda) {}
+  __device__ __forceinline__ void Load(uint32_t (&f)[2][4], int l) const {
+    uint32_t r[4];
+    pairs.Load(r, l);
+    // r[0], r[1]: rows g, g + 8 of columns 2t, 2t + 1; r[2], r[3]: the same 8 columns on.
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      f[s][0] = r[2 * s] << 16;
+      f[s][1] = r[2 * s + 1] << 16;
+      f[s][2] = r[2 * s] & 0xffff0000u;
+      f[s][3] = r[2 * s + 1] & 0xffff0000u;
+    }
+  }
+};
+// B(l, j) = b[l * ldb + j] with the k permutation above: b0, b1 of column j are rows 2t, 2t + 1
+// of the step. ldb = 4 mod 16 spreads each load over all 32 banks.
+struct Tf32PairedBOperand {
+  uint32_t base;
+  int ldb;
+  __device__ __forceinline__ Tf32PairedBOperand(const float* b, int ldb_) : ldb(ldb_) {
+    const int lane = threadIdx.x % 32;
+    base = ptx::SharedAddr(b + lane % 4 * 2 * ldb + lane / 4);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    const uint32_t at = base + 4 * l * ldb;
+    f[0] = ptx::LoadShared(at);
+    f[1] = ptx::LoadShared(at + 4 * ldb);
+    f[2] = ptx::LoadShared(at + 4 * 8);
+    f[3] = ptx::LoadShared(at + 4 * (ldb + 8));
+  }
+};
+
+// acc += A[16 x kd] B[kd x 16] by one warp, A bf16 (a at A(0, 0); kARowMajor as Mma), B fp32
+// row-major (b at B(0, 0)); kd a multiple of 16. The two k steps of each ldmatrix run as two
+// independent MMA chains.
+template <bool kARowMajor>
+__device__ __forceinline__ void MmaBf16Tf32Warp16(WarpAcc16& acc, int kd, const bf16* a, int lda,
+                                                  const float* b, int ldb) {
+  const Bf16AsTf32AOperand<kARowMajor> ao(a, lda);
+  const Tf32PairedBOperand bo(b, ldb);
+  WarpAcc16 odd;
+  odd.Zero();
+#pragma unroll 2
+  for (int l0 = 0; l0 < kd; l0 += 16) {
+    uint32_t fa[2][4];
+    ao.Load(fa, l0);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      uint32_t fb[4];
+      bo.Load(fb, l0 + 8 * s);
+      MmaStep(s == 0 ? acc : odd, fa[s], fb);
+    }
+  }
+  acc.Add(odd);
+}
+
 // acc += A[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64). Layout flags as Mma; kd
 // a multiple of 16.
 template <bool kARowMajor, bool kBRowMajor>

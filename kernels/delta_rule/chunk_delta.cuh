@@ -1,7 +1,8 @@
 // GPU run of the chunked delta rule: the order of the kernels, shared by chunk_delta_rule and
 // chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
 // chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
-// chunk_delta_tiles.cuh and chunk_delta_state_pass.cuh. Included only by kernels/delta_rule/chunk_delta_rule.cu.
+// chunk_delta_tiles.cuh and chunk_delta_state_pass.cuh. Included only by
+// kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -93,7 +94,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
       cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim), seqs, tiles::StateForwardSmem(p.k_dim), b,
+  if ((err = RunTiles(tiles::StateForwardKernel, seqs, tiles::StateForwardSmem(p.k_dim), b,
                       stream)) != cudaSuccess) {
     return err;
   }
@@ -110,15 +111,29 @@ inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaSt
 // Recomputes the forward scratch (without o and the final state), then the gradients.
 inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
+  // The backward state pass double-buffers all of a chunk's tiles where they fit in the device's
+  // shared memory per block, else only the keys (see StateBackwardKernel).
+  int device = 0, smem_limit = 0;
+  cudaError_t err;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                    device)) != cudaSuccess) {
+    return err;
+  }
+  const size_t limit = static_cast<size_t>(smem_limit);
+  const bool split = tiles::StateBackwardSmem(params.k_dim, false) > limit;
+  const size_t pass_smem = tiles::StateBackwardSmem(params.k_dim, split);
+  // K = 256 on a device with less than the H200's 227 KB per block (the A100's 163 KB).
+  if (pass_smem > limit) return cudaErrorNotSupported;
   const StepBase b = MakeStepBase(params, gated, true);
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
-  cudaError_t err = RunForwardKernels(recompute, false, stream);
+  err = RunForwardKernels(recompute, false, stream);
   if (err != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
-  if ((err = RunTiles(tiles::StateBackwardFor(p.k_dim), seqs, tiles::StateBackwardSmem(p.k_dim), b,
-                      stream)) != cudaSuccess) {
+  if ((err = RunTiles(tiles::StateBackwardFor(split), seqs, pass_smem, b, stream)) !=
+      cudaSuccess) {
     return err;
   }
   if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),

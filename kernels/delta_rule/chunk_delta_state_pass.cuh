@@ -3,16 +3,20 @@
 // Slices of 32 rather than 64 give twice the blocks, which the passes need: a (4, 2048, 16, 128)
 // batch has only 4 x 16 sequence-heads to spread over 132 multiprocessors.
 //
-// The passes are latency-bound: per chunk they read a few 64 x 64 tiles and multiply them with
-// the state, and every chunk waits for the one before. So each pass consumes its chunk tiles as
-// one stream, in the order the arithmetic needs them, through a ring of shared-memory slots
-// filled by asynchronous copies (cp.async) as many tiles ahead as the ring has slots, less one:
-// the next tiles, also the next chunk's, are in flight while the current one is multiplied. Row
-// scalings that the tiles would need on the way in are moved onto the products instead
-// (diag(d) K^T x = K^T (diag(d) x)), so that the tiles are raw copies. Each warp owns fixed
-// 16 x 16 tiles of the state and of the chunk's 64 x 32 products and accumulates them in
-// registers, so a product needs no block barrier of its own: the ring's one barrier per tile
-// orders everything.
+// The passes are latency-bound: per chunk they multiply a few 64 x 64 tiles with the state, and
+// every chunk waits for the one before. So all of a chunk's tiles are copied into shared memory
+// (cp.async) while the chunk before is computed: two sets of tile buffers, one being read, one
+// being filled, and one block barrier per chunk orders the swap.
+//
+// The chunk's K x 64 operands are the keys and queries, kept in bf16 (half the copy, half the
+// shared memory; without the l2norm they are the inputs, exact) and multiplied in TF32 against
+// fp32 tiles of TF32 values (tile::MmaBf16Tf32Warp16), so the state itself is never rounded to
+// bf16. The WY factor W = T diag(beta gamma) K is never read: W S = T (diag(beta gamma) K S) and
+// W^T x = K^T diag(beta gamma) T^T x take the 64 x 64 T and the keys already on chip instead of a
+// second K x 64 operand per chunk.
+//
+// Each warp owns fixed 16 x 16 tiles of the state and of the chunk's 64 x 32 products and
+// accumulates them in registers; a product whose operand another warp wrote needs a barrier.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -25,59 +29,83 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// Ring slots: as many as let two blocks share a multiprocessor (each under 113 KB of its 228 KB
-// of shared memory). The K x 32 state copy grows with K, so K > 128 takes one slot fewer; the
-// backward keeps three more tiles besides, and takes one slot fewer again. (With one block per
-// multiprocessor, (8, 4096, 8, 256)'s 512 blocks ran in four waves instead of two.)
-constexpr int ForwardRing(int k_dim) { return k_dim <= 128 ? 4 : 3; }
-constexpr int BackwardRing(int k_dim) { return k_dim <= 128 ? 3 : 2; }
-constexpr int kBV = 32;            // V columns per block
-// Leading dimensions by how the tensor cores read a tile. A fragment lane (g, t) reads element
-// (g, t) of a tile read as stored, but (t, g) of one read transposed (the state and new values as
-// B operands, K, Q, W, M as transposed A operands): rows padded by 4 floats spread the first over
-// all 32 banks, rows padded by 8 the second.
-constexpr int kLdV = kBV + 8;  // the 32-wide tiles: read as B operands
-constexpr int kLdT = kBT + 8;  // 64-wide ring tiles read transposed (kLd for those read as stored)
-constexpr int kTileV = kBT * kLdV;
-constexpr int kSlot = kBT * kLdT;  // floats in a ring slot
+using tile::bf16;
+using tile::kLdBf16;
+using tile::WarpAcc16;
 
-// Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol().
+constexpr int kBV = 32;  // V columns per block
+// Leading dimensions by how the tensor cores read an fp32 tile (bank-conflict-free fragment
+// loads): kLdS for the B operands of the bf16 x TF32 products (read in row pairs, = 4 mod 16),
+// kLdV for those of the TF32 products (= 8 mod 32), kLdT for 64 x 64 matrices read transposed;
+// kLd (68) for those read as stored.
+constexpr int kLdS = kBV + 4;
+constexpr int kLdV = kBV + 8;
+constexpr int kLdT = kBT + 8;
+constexpr int kBf16Tile = kBT * kLdBf16;  // elements of a 64 x 64 bf16 tile
+
+// Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol(). The
+// lane's rows of it are LaneRow() and LaneRow() + 8.
 __device__ __forceinline__ int WarpRow() { return threadIdx.x / 32 / 2 * 16; }
 __device__ __forceinline__ int WarpCol() { return threadIdx.x / 32 % 2 * 16; }
+__device__ __forceinline__ int LaneRow() { return WarpRow() + WarpAcc16::LaneRow(); }
 
-// acc += A B for warp w's tile, A 64 x 64 (a at A(WarpRow(), 0): a 64-wide tile row-major with
-// leading dimension kLd, or with kAT the transpose of one with leading dimension kLdT, a at its
-// column WarpRow()), B 64 x 32 row-major (b at B(0, WarpCol()), leading dimension kLdV).
-template <bool kAT>
-__device__ __forceinline__ void MmaWarp(tile::WarpAcc16& acc, const float* a, const float* b) {
-  tile::MmaTf32Warp16<!kAT, true>(acc, kBT, a, kAT ? kLdT : kLd, b, kLdV);
+// Multiplies the lane's rows of a warp tile by top (row LaneRow()) and bottom (LaneRow() + 8).
+__device__ __forceinline__ void ScaleRows(WarpAcc16& acc, float top, float bottom) {
+#pragma unroll
+  for (int e = 0; e < 8; ++e) acc.x[e] *= e / 2 % 2 ? bottom : top;
 }
 
-__device__ __forceinline__ void StoreWarpTile(float* c, const tile::WarpAcc16& acc) {
-  acc.Store(c + WarpRow() * kLdV + WarpCol(), kLdV);
+// The lane's elements of the warp tile of a [R,H,V] scratch tensor at the chunk's row 0 and the
+// block's column v0 <-> registers; rows past the chunk's end load as zero and are not stored.
+__device__ inline void LoadRows(WarpAcc16& acc, const float* src, int64_t ld, int rows) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = LaneRow() + 8 * half;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      float2 v = make_float2(0.0f, 0.0f);
+      if (r < rows) {
+        v = *reinterpret_cast<const float2*>(src + r * ld + WarpCol() + 8 * h +
+                                             WarpAcc16::LaneCol());
+      }
+      acc.x[4 * h + 2 * half] = v.x, acc.x[4 * h + 2 * half + 1] = v.y;
+    }
+  }
+}
+__device__ inline void StoreRows(float* dst, int64_t ld, const WarpAcc16& acc, int rows) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = LaneRow() + 8 * half;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      *reinterpret_cast<float2*>(dst + r * ld + WarpCol() + 8 * h + WarpAcc16::LaneCol()) =
+          make_float2(acc.x[4 * h + 2 * half], acc.x[4 * h + 2 * half + 1]);
+    }
+  }
 }
 
 // The K x 32 state slice of a block, in registers: warp w holds, for each 64-row slice j of K,
 // the 16 x 16 tile at rows 64 j + WarpRow(), columns WarpCol(). So the chunk's j-th 64-wide tile
-// of K (or Q, W) updates one tile per warp. Loops over j run to kMaxKSlices, unrolled, with a
+// of K (or Q) updates one tile per warp. Loops over j run to kMaxKSlices, unrolled, with a
 // guard: indexed by a constant, the tiles stay in registers.
 struct StateTiles {
-  tile::WarpAcc16 part[kMaxKSlices];
+  WarpAcc16 part[kMaxKSlices];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
-  // From / to a K x 32 slice in shared memory (leading dimension kLdV): own tiles only. Store
+  // From / to a K x 32 slice in shared memory (leading dimension kLdS): own tiles only. Store
   // rounds the copy to TF32 with kOperand (the registers keep fp32).
   __device__ void Load(const float* s, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].Load(s + Row(j) * kLdV + WarpCol(), kLdV);
+      if (j < nk) part[j].Load(s + Row(j) * kLdS + WarpCol(), kLdS);
     }
   }
   template <bool kOperand>
   __device__ void Store(float* s, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].Store<kOperand>(s + Row(j) * kLdV + WarpCol(), kLdV);
+      if (j < nk) part[j].Store<kOperand>(s + Row(j) * kLdS + WarpCol(), kLdS);
     }
     __syncwarp();
   }
@@ -91,285 +119,400 @@ struct StateTiles {
   __device__ void Scale(float f, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
-      part[j].Scale(j < nk ? f : 1.0f);
+      if (j < nk) part[j].Scale(f);
+    }
+  }
+  // part[j] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x 32 fp32 tile
+  // (leading dimension kLdS) of TF32 values.
+  __device__ void AddTransposedProduct(const bf16* tiles, const float* b, int nk) {
+#pragma unroll
+    for (int j = 0; j < kMaxKSlices; ++j) {
+      if (j < nk) {
+        tile::MmaBf16Tf32Warp16<false>(part[j], kBT, tiles + j * kBf16Tile + WarpRow(), kLdBf16,
+                                       b + WarpCol(), kLdS);
+      }
+    }
+  }
+  // acc += (a bf16 [64 x K] chunk operand) S, with S's TF32 copy s (leading dimension kLdS).
+  __device__ static void Product(WarpAcc16& acc, const bf16* tiles, const float* s, int nk) {
+#pragma unroll
+    for (int j = 0; j < kMaxKSlices; ++j) {
+      if (j < nk) {
+        tile::MmaBf16Tf32Warp16<true>(acc, kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
+                                      kLdBf16, s + j * kBT * kLdS + WarpCol(), kLdS);
+      }
     }
   }
 };
 
 // ----------------------------------------------------------------------------------------------
-// Asynchronous tile copies into a ring slot; rows past the chunk's end are zero-filled.
+// Asynchronous copies of a chunk's tiles; rows past the chunk's end are zero-filled (read from
+// the chunk's first row, which exists). A sequence's chunks are consecutive token rows and
+// consecutive chunk matrices, so a pass computes each source once for the sequence's first chunk
+// and moves it by a fixed stride per chunk; a thread's offsets within a chunk are fixed.
 
-// kWidth columns from col0 into rows of leading dimension kLdSlot. A thread copies the same
-// 16-byte column piece of every kRowStep-th row, so its addresses advance by a fixed stride (the
-// passes issue a tile per ring item: keep the address arithmetic out of them); rows past the end
-// read nothing (zero-fill), from the first row's address.
-template <int kWidth, int kLdSlot>
-__device__ inline void IssueTok(float* slot, const float* src, const ChunkDeltaParams& p,
-                                const Chunk& c, int h, int dim, int col0) {
-  constexpr int kPieces = kWidth / 4, kRowStep = kThreads / kPieces;
-  static_assert(kBT % kRowStep == 0, "every thread copies the same number of rows");
-  const int r0 = threadIdx.x / kPieces, c4 = threadIdx.x % kPieces;
-  const int64_t row_stride = int64_t{p.heads} * dim;
-  const float* first = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
-  const float* from = first + r0 * row_stride;
-  float* to = slot + r0 * kLdSlot + c4 * 4;
+// One thread's pieces of a chunk's 64 x K bf16 operand (qn or kn) as nk 64 x 64 tiles (leading
+// dimension kLdBf16): rows r0 and r0 + 32, 16 bytes at column c8 of every tile.
+struct TokTilePieces {
+  int row[2];
+  int64_t src[2];  // from the chunk's row 0 in a [R,H,K] tensor
+  int dst;         // in a tile
+
+  __device__ explicit TokTilePieces(int64_t row_stride) {
+    const int r0 = threadIdx.x / 8, c8 = threadIdx.x % 8 * 8;
 #pragma unroll
-  for (int i = 0; i < kBT / kRowStep; ++i) {
-    const bool valid = r0 + i * kRowStep < c.rows;
-    __pipeline_memcpy_async(to, valid ? from : first, 16, valid ? 0 : 16);
-    to += kRowStep * kLdSlot;
-    from += kRowStep * row_stride;
+    for (int i = 0; i < 2; ++i) {
+      row[i] = r0 + 32 * i;
+      src[i] = row[i] * row_stride + c8;
+    }
+    dst = r0 * kLdBf16 + c8;
   }
-}
-
-// A 64 x 64 chunk matrix, to be read transposed.
-__device__ inline void IssueMatT(float* slot, const float* src) {
-  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
-    const int r = idx / 16, c4 = idx % 16;
-    __pipeline_memcpy_async(slot + r * kLdT + c4 * 4, src + r * kBT + c4 * 4, 16);
-  }
-}
-
-// 32 columns of a bf16 [B,T,H,D] tensor, stored densely (32 bf16 per row) in the slot.
-__device__ inline void IssueInV(float* slot, const __nv_bfloat16* src, const TensorStrides& st,
-                                const Chunk& c, int h, int col0) {
-  auto* dst = reinterpret_cast<__nv_bfloat16*>(slot);
-  for (int idx = threadIdx.x; idx < kBT * (kBV / 8); idx += kThreads) {
-    const int r = idx / (kBV / 8), c8 = idx % (kBV / 8);
-    const bool valid = r < c.rows;
-    __pipeline_memcpy_async(dst + r * kBV + c8 * 8,
-                            src + In(st, c.batch, c.t0 + (valid ? r : 0), h) + col0 + c8 * 8, 16,
-                            valid ? 0 : 16);
-  }
-}
-
-// The ring: item g of the stream lives in slot g % kSlots. Wait(g) waits for item g's copies,
-// synchronises the block (every thread is then done with item g - 1 and with whatever it did
-// before), then issues item g + kSlots - 1 into item g - 1's slot (through `issue`, which commits
-// nothing; every thread commits exactly one copy group per item). The barrier is the only one a
-// tile needs. Items are issued in order, so the ring counts the next one's chunk, its place in
-// the chunk and its slot instead of dividing.
-template <int kSlots, typename Issue>
-struct TileRing {
-  float* slots;
-  int items;      // in the stream
-  int per_chunk;  // items per chunk
-  Issue issue;    // issue(chunk ordinal, item within the chunk, slot)
-  int fill = 0, fill_chunk = 0, fill_item = 0, fill_slot = 0;  // the next item to issue
-
-  __device__ void Start() {
-    for (int g = 0; g < kSlots - 1; ++g) Fill();
-  }
-  __device__ const float* Wait(int g) {
-    __pipeline_wait_prior(kSlots - 2);
-    __syncthreads();
-    Fill();
-    return slots + (g % kSlots) * kSlot;
-  }
-  __device__ void Fill() {
-    if (fill < items) issue(fill_chunk, fill_item, slots + fill_slot * kSlot);
-    __pipeline_commit();
-    ++fill;
-    if (++fill_item == per_chunk) fill_item = 0, ++fill_chunk;
-    if (++fill_slot == kSlots) fill_slot = 0;
+  // chunk: the chunk's row 0 (head h, column 0).
+  __device__ void Issue(bf16* tiles, const bf16* chunk, int rows, int nk) const {
+#pragma unroll
+    for (int j = 0; j < kMaxKSlices; ++j) {
+      if (j < nk) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const bool valid = row[i] < rows;
+          __pipeline_memcpy_async(tiles + j * kBf16Tile + dst + i * 32 * kLdBf16,
+                                  chunk + (valid ? src[i] : 0) + j * kBT, 16, valid ? 0 : 16);
+        }
+      }
+    }
   }
 };
 
-template <int kSlots, typename Issue>
-__device__ TileRing<kSlots, Issue> MakeRing(float* slots, int items, int per_chunk, Issue issue) {
-  return TileRing<kSlots, Issue>{slots, items, per_chunk, issue};
+// A 64 x 64 fp32 chunk matrix into a tile of leading dimension kLdTile.
+template <int kLdTile>
+__device__ inline void IssueMat(float* dst, const float* src) {
+  const int r = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
+#pragma unroll
+  for (int i = 0; i < kBT * 16 / kThreads; ++i) {
+    __pipeline_memcpy_async(dst + (r + 16 * i) * kLdTile + c4, src + (r + 16 * i) * kBT + c4, 16);
+  }
+}
+
+// 32 columns of the chunk's rows of a bf16 [B,T,H,D] tensor (chunk: its row 0 at the block's
+// column), stored densely (32 bf16 per row): a 16-byte piece per thread.
+__device__ inline void IssueInV(bf16* dst, const bf16* chunk, int64_t token_stride, int rows) {
+  static_assert(kBT * kBV / 8 == kThreads, "one piece per thread");
+  const int r = threadIdx.x / (kBV / 8), c8 = threadIdx.x % (kBV / 8) * 8;
+  const bool valid = r < rows;
+  __pipeline_memcpy_async(dst + r * kBV + c8, chunk + (valid ? r * token_stride + c8 : 0), 16,
+                          valid ? 0 : 16);
+}
+
+// G and beta of the chunk's rows (G, beta: the chunk's row 0 of the [R,H] scratch at head h);
+// rows past the end repeat the last G and have beta 0.
+__device__ inline void IssueRowScalars(float* G_dst, float* beta_dst, const float* G,
+                                       const float* beta, int heads, int rows) {
+  const int r = threadIdx.x % kBT;
+  if (threadIdx.x < kBT) {
+    __pipeline_memcpy_async(G_dst + r, G + (r < rows ? r : rows - 1) * heads, 4);
+  } else if (threadIdx.x < 2 * kBT) {
+    const bool valid = r < rows;
+    __pipeline_memcpy_async(beta_dst + r, beta + (valid ? r * heads : 0), 4, valid ? 0 : 4);
+  }
+}
+
+// A pass's sequence: its chunks' sources at head h, as chunk 0's plus ci strides.
+struct SeqSources {
+  int len;         // tokens
+  int64_t tok0;    // element offset of chunk 0's row 0 in a [R,H,1] scratch tensor
+  int64_t mat0;    // of chunk 0's matrix
+  int64_t state0;  // of chunk 0's state (K x V)
+  int heads;
+
+  __device__ SeqSources(const ChunkDeltaParams& p, const Seq& seq, int h)
+      : len(seq.len),
+        tok0(Tok(p, MakeChunk(p, seq, 0).row, h, 1)),
+        mat0(Mat(p, seq.first_chunk, h)),
+        state0(State(p, seq.first_chunk, h)),
+        heads(p.heads) {}
+  __device__ int Rows(int ci) const { return min(kBT, len - ci * kBT); }
+  // Offsets of chunk ci in a [R,H,dim] token tensor, in the chunk matrices, in the states.
+  __device__ int64_t TokAt(int ci, int dim) const {
+    return (tok0 + int64_t{ci} * kBT * heads) * dim;
+  }
+  __device__ int64_t MatAt(int ci) const { return mat0 + int64_t{ci} * heads * kBT * kBT; }
+  __device__ int64_t StateAt(int ci, int state_elements) const {
+    return state0 + int64_t{ci} * heads * state_elements;
+  }
+};
+
+// One chunk's tiles in shared memory. The forward reads the keys and T; the backward the keys,
+// the queries, M, T and dO. Carved in this order from a byte offset (every part a multiple of 16
+// bytes).
+struct ChunkTiles {
+  bf16* k;     // nk tiles
+  bf16* q;     // nk tiles (backward)
+  float* M;    // 64 x kLdT (backward)
+  float* T;    // 64 x kLd (forward), 64 x kLdT (backward)
+  bf16* d_o;   // 64 x 32 (backward)
+  float* G;    // 64
+  float* beta;  // 64
+
+  static constexpr int kScalarBytes = 2 * kBT * sizeof(float);
+  __host__ __device__ static int KeyBytes(int nk) { return nk * kBf16Tile * 2; }
+  __host__ __device__ static int ForwardBytes(int nk) {
+    return KeyBytes(nk) + kBT * kLd * 4 + kScalarBytes;
+  }
+  // The backward's parts other than the keys.
+  __host__ __device__ static int BackwardRestBytes(int nk) {
+    return KeyBytes(nk) + 2 * kBT * kLdT * 4 + kBT * kBV * 2 + kScalarBytes;
+  }
+  __device__ static ChunkTiles Forward(char* at, int nk) {
+    ChunkTiles t{};
+    t.k = reinterpret_cast<bf16*>(at);
+    t.T = reinterpret_cast<float*>(at + KeyBytes(nk));
+    t.G = t.T + kBT * kLd;
+    t.beta = t.G + kBT;
+    return t;
+  }
+  // The keys at `keys`, the rest at `rest`.
+  __device__ static ChunkTiles Backward(char* keys, char* rest, int nk) {
+    ChunkTiles t{};
+    t.k = reinterpret_cast<bf16*>(keys);
+    t.q = reinterpret_cast<bf16*>(rest);
+    t.M = reinterpret_cast<float*>(rest + KeyBytes(nk));
+    t.T = t.M + kBT * kLdT;
+    t.d_o = reinterpret_cast<bf16*>(t.T + kBT * kLdT);
+    t.G = reinterpret_cast<float*>(t.d_o + kBT * kBV);
+    t.beta = t.G + kBT;
+    return t;
+  }
+};
+
+// The lane's row factors of a chunk, from its G and beta in shared memory.
+__device__ __forceinline__ float BetaGamma(const ChunkTiles& t, int r) {
+  return t.beta[r] * __expf(t.G[r]);
+}
+__device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int r) {
+  return __expf(G_last - t.G[r]);
 }
 
 // ----------------------------------------------------------------------------------------------
-// Forward: per chunk, in order,
-//   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
-// Stream per chunk: W slices (K/64), U, K slices (K/64).
-template <int kSlots>
+// Forward: per chunk, in order, with X = diag(beta gamma) K S,
+//   S[chunk] = S;  Ut = U - T X;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
+// Three barriers per chunk: the swap of tile sets, X, and the decayed new values.
 __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
-  const int K = p.k_dim, V = p.v_dim, nk = K / kBT, per_chunk = 2 * nk + 1;
-  float* s_copy = reinterpret_cast<float*>(smem4);  // S, for the product W S
-  float* acc = s_copy + K * kLdV;                    // W S, then the decayed new values
-  float* G = acc + kTileV;
-  float* ring_slots = G + kBT;
+  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
+  float* s_copy = reinterpret_cast<float*>(smem4);  // S (TF32), K x kLdS
+  float* x_tile = s_copy + K * kLdS;                 // X (TF32), 64 x kLdV
+  float* ut_tile = x_tile + kBT * kLdV;              // decayed new values (TF32), 64 x kLdS
+  char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdS);
+  // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
+  const auto set = [&](int i) {
+    return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(nk), nk);
+  };
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk, per_chunk,
-                               [&](int ci, int item, float* slot) {
-    const Chunk c = MakeChunk(p, seq, ci);
-    if (item < nk) {
-      IssueTok<kBT, kLd>(slot, b.s.W, p, c, h, K, item * kBT);
-    } else if (item == nk) {
-      IssueTok<kBV, kLdV>(slot, b.s.U, p, c, h, V, v0);
-    } else {
-      IssueTok<kBT, kLdT>(slot, b.s.kn, p, c, h, K, (item - nk - 1) * kBT);
-    }
-  });
-  ring.Start();
-  LoadState<kBV, kLdV, false>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
+  const SeqSources src(p, seq, h);
+  const TokTilePieces keys(int64_t{p.heads} * K);
+  const int64_t ld_v = int64_t{p.heads} * V;
+  const int ra = LaneRow(), rb = ra + 8;
+  const auto issue = [&](int ci, const ChunkTiles& t) {
+    const int rows = src.Rows(ci);
+    keys.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, nk);
+    IssueMat<kLd>(t.T, b.s.T + src.MatAt(ci));
+    IssueRowScalars(t.G, t.beta, b.s.G + src.TokAt(ci, 1), b.s.bt + src.TokAt(ci, 1), p.heads,
+                    rows);
+  };
+  // U of a chunk goes straight to the lane's registers, one chunk ahead.
+  const auto load_u = [&](int ci, WarpAcc16& u) {
+    LoadRows(u, b.s.U + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
+  };
+  WarpAcc16 u_next;
+  if (seq.num_chunks > 0) {
+    issue(0, set(0));
+    load_u(0, u_next);
+  }
+  __pipeline_commit();
+  LoadState<kBV, kLdS, false>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
                               K, V, v0);
   __syncthreads();
   StateTiles S;
   S.Load(s_copy, nk);
-  int g = 0;
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
-    const Chunk c = MakeChunk(p, seq, ci);
-    // Earlier readers of s_copy, acc and G are behind the previous chunk's barriers.
+    const int rows = src.Rows(ci);
+    const ChunkTiles t = set(ci);
+    // Earlier readers of s_copy, x_tile and ut_tile are behind the previous chunk's barriers.
     S.Store<true>(s_copy, nk);
-    S.StoreScratch(b.s.S + State(p, c.global, h) + v0, V, nk);
-    LoadRowScalars(G, nullptr, b, c, h);
-    tile::WarpAcc16 ws;  // W S
-    ws.Zero();
+    S.StoreScratch(b.s.S + src.StateAt(ci, K * V) + v0, V, nk);
+    const WarpAcc16 u = u_next;
+    __pipeline_wait_prior(0);
+    __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
+    if (ci + 1 < seq.num_chunks) {
+      issue(ci + 1, set(ci + 1));
+      load_u(ci + 1, u_next);
+    }
+    __pipeline_commit();
+    WarpAcc16 x;
+    x.Zero();
+    StateTiles::Product(x, t.k, s_copy, nk);
+    ScaleRows(x, BetaGamma(t, ra), BetaGamma(t, rb));
+    x.Store<true>(x_tile + WarpRow() * kLdV + WarpCol(), kLdV);
+    __syncthreads();
+    WarpAcc16 ut;  // W S, then the new values
+    ut.Zero();
+    tile::MmaTf32Warp16<true, true>(ut, kBT, t.T + WarpRow() * kLd, kLd, x_tile + WarpCol(), kLdV);
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        const float* w = ring.Wait(g++);
-        MmaWarp<false>(ws, w + WarpRow() * kLd, s_copy + j * kBT * kLdV + WarpCol());
-      }
-    }
-    StoreWarpTile(acc, ws);
-    const float* u = ring.Wait(g++);
-    const float G_last = G[c.rows - 1];
-    float* ut = TokPtr(b.s.Ut, p, c, 0, h, V) + v0;
-    for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
-      const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
-      const float val = u[x] - acc[x];
-      if (r < c.rows) ut[int64_t{r} * p.heads * V + col] = val;
-      acc[x] = tile::RoundTf32(val * __expf(G_last - G[r]));
-    }
+    for (int e = 0; e < 8; ++e) ut.x[e] = u.x[e] - ut.x[e];
+    StoreRows(b.s.Ut + src.TokAt(ci, V) + v0, ld_v, ut, rows);
+    const float G_last = t.G[rows - 1];
+    ScaleRows(ut, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
+    ut.Store<true>(ut_tile + WarpRow() * kLdS + WarpCol(), kLdS);
     __syncthreads();
     S.Scale(expf(G_last), nk);
-#pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        const float* k = ring.Wait(g++);
-        MmaWarp<true>(S.part[j], k + WarpRow(), acc + WarpCol());
-      }
-    }
+    S.AddTransposedProduct(t.k, ut_tile, nk);
   }
   if (p.final_state) {
     S.Store<false>(s_copy, nk);
     __syncthreads();
-    StoreState<kBV, kLdV>(p.final_state + State(p, n, h), s_copy, K, V, v0);
+    StoreState<kBV, kLdS>(p.final_state + State(p, n, h), s_copy, K, V, v0);
   }
 }
 
 inline size_t StateForwardSmem(int k_dim) {
-  return (k_dim * kLdV + kTileV + ForwardRing(k_dim) * kSlot + kBT) * sizeof(float);
-}
-
-inline void (*StateForwardFor(int k_dim))(StepBase) {
-  return ForwardRing(k_dim) == 4 ? StateForwardKernel<4> : StateForwardKernel<3>;
+  const int nk = k_dim / kBT;
+  return (k_dim * kLdS + kBT * kLdV + kBT * kLdS) * sizeof(float) +
+         2 * ChunkTiles::ForwardBytes(nk);
 }
 
 // ----------------------------------------------------------------------------------------------
-// Backward: per chunk, in reverse, with dS the gradient of the state leaving the chunk,
+// Backward: per chunk, in reverse, with dS the gradient of the state leaving the chunk and
+// Z = diag(beta gamma) T^T (-dUt):
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + M^T (scale dO);
-//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) + W^T (-dUt).
-// Stream per chunk: K slices, dO, M, Q slices, W slices.
-template <int kSlots>
-__global__ void __launch_bounds__(kThreads, 2) StateBackwardKernel(StepBase b) {
+//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) + K^T Z          (K^T Z = -W^T dUt).
+// Four barriers per chunk: the swap, the dO tiles, -dUt, Z.
+//
+// kSplit (where two full tile sets do not fit in a block's shared memory: K = 256 on the H200,
+// K = 128 on the A100): only the keys are
+// double-buffered; the queries go into their one buffer at the start of their own chunk (they
+// are needed last), M, T, dO, G and beta into theirs once the chunk before is done with them (at
+// the Z barrier), a chunk's last step ahead of their first use.
+template <bool kSplit>
+__global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
-  const int K = p.k_dim, V = p.v_dim, nk = K / kBT, per_chunk = 3 * nk + 2;
-  float* ds_copy = reinterpret_cast<float*>(smem4);  // dS, for the product K dS
-  float* dut = ds_copy + K * kLdV;
-  float* d_o = dut + kTileV;   // scale dO, then -dUt
-  float* d_og = d_o + kTileV;  // scale diag(gamma) dO
-  float* G = d_og + kTileV;
-  float* ring_slots = G + kBT;
+  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
+  float* ds_copy = reinterpret_cast<float*>(smem4);  // dS (TF32), K x kLdS
+  float* d_o = ds_copy + K * kLdS;  // scale dO (TF32), 64 x kLdV; then Z, 64 x kLdS
+  float* z = d_o;
+  float* d_og = d_o + kBT * kLdV;   // scale diag(gamma) dO (TF32), 64 x kLdS
+  float* dut = d_og + kBT * kLdS;   // -dUt (TF32), 64 x kLdV
+  char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdV);
+  const int key_bytes = ChunkTiles::KeyBytes(nk), rest_bytes = ChunkTiles::BackwardRestBytes(nk);
+  char* rest_at = keys_at + 2 * key_bytes;
+  const auto set = [&](int i) {  // as in the forward
+    return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes,
+                                rest_at + (kSplit ? 0 : (i & 1) * rest_bytes), nk);
+  };
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
-  auto ring = MakeRing<kSlots>(ring_slots, seq.num_chunks * per_chunk, per_chunk,
-                               [&](int ci, int item, float* slot) {
-    const Chunk c = MakeChunk(p, seq, seq.num_chunks - 1 - ci);
-    if (item < nk) {
-      IssueTok<kBT, kLd>(slot, b.s.kn, p, c, h, K, item * kBT);
-    } else if (item == nk) {
-      IssueInV(slot, p.d_o, p.v_strides, c, h, v0);
-    } else if (item == nk + 1) {
-      IssueMatT(slot, b.s.M + Mat(p, c.global, h));
-    } else if (item < 2 * nk + 2) {
-      IssueTok<kBT, kLdT>(slot, b.s.qn, p, c, h, K, (item - nk - 2) * kBT);
-    } else {
-      IssueTok<kBT, kLdT>(slot, b.s.W, p, c, h, K, (item - 2 * nk - 2) * kBT);
-    }
-  });
-  ring.Start();
-  LoadState<kBV, kLdV, false>(ds_copy,
+  const SeqSources src(p, seq, h);
+  const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys and of the queries
+  const bf16* d_o0 = p.d_o + In(p.v_strides, seq.batch, seq.bos, h) + v0;  // chunk 0's row 0
+  const int64_t ld_v = int64_t{p.heads} * V;
+  const int ra = LaneRow(), rb = ra + 8;
+  const auto issue_keys = [&](int ci, const ChunkTiles& t) {
+    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), nk);
+  };
+  const auto issue_queries = [&](int ci, const ChunkTiles& t) {
+    rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), nk);
+  };
+  const auto issue_rest = [&](int ci, const ChunkTiles& t) {
+    const int rows = src.Rows(ci);
+    IssueMat<kLdT>(t.M, b.s.M + src.MatAt(ci));
+    IssueMat<kLdT>(t.T, b.s.T + src.MatAt(ci));
+    IssueInV(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
+    IssueRowScalars(t.G, t.beta, b.s.G + src.TokAt(ci, 1), b.s.bt + src.TokAt(ci, 1), p.heads,
+                    rows);
+  };
+  const int last = seq.num_chunks - 1;
+  if (last >= 0) {
+    issue_keys(last, set(0));
+    issue_rest(last, set(0));
+    if (!kSplit) issue_queries(last, set(0));
+  }
+  __pipeline_commit();
+  LoadState<kBV, kLdS, false>(ds_copy,
                               p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V,
                               v0);
   __syncthreads();
   StateTiles dS;
   dS.Load(ds_copy, nk);
-  int g = 0;
-  for (int ci = seq.num_chunks - 1; ci >= 0; --ci) {
-    const Chunk c = MakeChunk(p, seq, ci);
-    // Earlier readers of ds_copy, dut, d_o, d_og and G are behind the previous chunk's barriers.
+  for (int it = 0; it <= last; ++it) {
+    const int ci = last - it, rows = src.Rows(ci);
+    const ChunkTiles t = set(it);
+    // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers.
     dS.Store<true>(ds_copy, nk);
-    dS.StoreScratch(b.s.dS + State(p, c.global, h) + v0, V, nk);
-    LoadRowScalars(G, nullptr, b, c, h);
-    tile::WarpAcc16 du;  // K dS, then + M^T (scale dO)
+    dS.StoreScratch(b.s.dS + src.StateAt(ci, K * V) + v0, V, nk);
+    __pipeline_wait_prior(0);
+    __syncthreads();  // this chunk's tiles (but the split queries) are in; the other set is free
+    if (ci > 0) {
+      const ChunkTiles next = set(it + 1);
+      issue_keys(ci - 1, next);
+      if (!kSplit) {
+        issue_queries(ci - 1, next);
+        issue_rest(ci - 1, next);
+      }
+    }
+    __pipeline_commit();
+    if (kSplit) {
+      issue_queries(ci, t);
+      __pipeline_commit();
+    }
+    WarpAcc16 du;  // K dS, then dUt
     du.Zero();
-#pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        const float* k = ring.Wait(g++);
-        MmaWarp<false>(du, k + WarpRow() * kLd, ds_copy + j * kBT * kLdV + WarpCol());
-      }
-    }
-    StoreWarpTile(dut, du);
-    const auto* d_o_in = reinterpret_cast<const __nv_bfloat16*>(ring.Wait(g++));
-    const float G_last = G[c.rows - 1];
+    StateTiles::Product(du, t.k, ds_copy, nk);
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
-      const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
-      const float scaled = p.scale * __bfloat162float(d_o_in[e]);
-      d_o[x] = tile::RoundTf32(scaled);
-      d_og[x] = tile::RoundTf32(scaled * __expf(G[r]));
-      dut[x] *= __expf(G_last - G[r]);
+      const int r = e / kBV, col = e % kBV;
+      const float scaled = p.scale * __bfloat162float(t.d_o[e]);
+      d_o[r * kLdV + col] = tile::RoundTf32(scaled);
+      d_og[r * kLdS + col] = tile::RoundTf32(scaled * __expf(t.G[r]));
     }
-    const float* m = ring.Wait(g++);
-    du.Load(dut + WarpRow() * kLdV + WarpCol(), kLdV);
-    MmaWarp<true>(du, m + WarpRow(), d_o + WarpCol());
-    StoreWarpTile(dut, du);
+    const float G_last = t.G[rows - 1];
     __syncthreads();
-    float* dut_out = TokPtr(b.s.dUt, p, c, 0, h, V) + v0;
-    for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
-      const int r = e / kBV, col = e % kBV, x = r * kLdV + col;
-      if (r < c.rows) dut_out[int64_t{r} * p.heads * V + col] = dut[x];
-      d_o[x] = -tile::RoundTf32(dut[x]);
+    ScaleRows(du, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
+    tile::MmaTf32Warp16<false, true>(du, kBT, t.M + WarpRow(), kLdT, d_o + WarpCol(), kLdV);
+    StoreRows(b.s.dUt + src.TokAt(ci, V) + v0, ld_v, du, rows);
+    du.Scale(-1.0f);
+    du.Store<true>(dut + WarpRow() * kLdV + WarpCol(), kLdV);
+    __syncthreads();
+    WarpAcc16 y;  // T^T (-dUt), then Z
+    y.Zero();
+    tile::MmaTf32Warp16<false, true>(y, kBT, t.T + WarpRow(), kLdT, dut + WarpCol(), kLdV);
+    ScaleRows(y, BetaGamma(t, ra), BetaGamma(t, rb));
+    y.Store<true>(z + WarpRow() * kLdS + WarpCol(), kLdS);  // d_o's reads are behind the barrier
+    if (kSplit) __pipeline_wait_prior(0);  // the queries
+    __syncthreads();
+    if (kSplit) {
+      if (ci > 0) issue_rest(ci - 1, t);
+      __pipeline_commit();
     }
-    __syncthreads();
     dS.Scale(expf(G_last), nk);
-#pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        const float* q = ring.Wait(g++);
-        MmaWarp<true>(dS.part[j], q + WarpRow(), d_og + WarpCol());
-      }
-    }
-#pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        const float* w = ring.Wait(g++);
-        MmaWarp<true>(dS.part[j], w + WarpRow(), d_o + WarpCol());
-      }
-    }
+    dS.AddTransposedProduct(t.q, d_og, nk);
+    dS.AddTransposedProduct(t.k, z, nk);
   }
   if (p.d_initial_state) {
     dS.Store<false>(ds_copy, nk);
     __syncthreads();
-    StoreState<kBV, kLdV>(p.d_initial_state + State(p, n, h), ds_copy, K, V, v0);
+    StoreState<kBV, kLdS>(p.d_initial_state + State(p, n, h), ds_copy, K, V, v0);
   }
 }
 
-inline size_t StateBackwardSmem(int k_dim) {
-  return (k_dim * kLdV + 3 * kTileV + BackwardRing(k_dim) * kSlot + kBT) * sizeof(float);
+inline size_t StateBackwardSmem(int k_dim, bool split) {
+  const int nk = k_dim / kBT;
+  return (k_dim * kLdS + 2 * kBT * kLdV + kBT * kLdS) * sizeof(float) +
+         2 * ChunkTiles::KeyBytes(nk) + (split ? 1 : 2) * ChunkTiles::BackwardRestBytes(nk);
 }
 
-inline void (*StateBackwardFor(int k_dim))(StepBase) {
-  return BackwardRing(k_dim) == 3 ? StateBackwardKernel<3> : StateBackwardKernel<2>;
+inline void (*StateBackwardFor(bool split))(StepBase) {
+  return split ? StateBackwardKernel<true> : StateBackwardKernel<false>;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -21,6 +21,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/chunk_seqs.h"
 #include "kernels/delta_rule/chunk_delta_params.h"
@@ -42,18 +43,19 @@ constexpr int kMaxKSlices = kMaxK / kBT;  // 64-wide slices of K
 constexpr float kL2NormEps = 1e-6f;
 constexpr float kSoftplusThreshold = 20.0f;
 
-// fp32 scratch, carved from params.workspace. Token tensors are [B*T, H, D] (flat token row r =
-// batch * T + t); chunk matrices are [chunks, H, 64, 64]; states are [chunks, H, K, V].
+// Scratch, carved from params.workspace: fp32 but for the bf16 qn and kn. Token tensors are
+// [B*T, H, D] (flat token row r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states
+// are [chunks, H, K, V]. W = T diag(beta gamma) K has no scratch: the state passes form its
+// products from T and the keys.
 struct Scratch {
   // forward
-  float* qn;  // [R,H,K]  q as the recurrence sees it (normalised or copied)
-  float* kn;  // [R,H,K]
+  __nv_bfloat16* qn;  // [R,H,K]  q as the recurrence sees it (normalised or copied)
+  __nv_bfloat16* kn;  // [R,H,K]
   float* bt;  // [R,H]    beta
   float* g;   // [R,H]    log decay (0 for the ungated rule)
   float* G;   // [R,H]    chunk-local inclusive cumsum of g
   float* T;   // chunk matrix: (I + A)^-1
   float* M;   // chunk matrix: tril(Q K^T * D)
-  float* W;   // [R,H,K]
   float* U;   // [R,H,V]
   float* Ut;  // [R,H,V]  the new values U - W S
   float* S;   // state entering each chunk
@@ -144,17 +146,17 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   const size_t C = static_cast<size_t>(TotalChunks(p)) * p.heads;
   const size_t K = p.k_dim, V = p.v_dim;
   size_t used = 0;
-  auto take = [&](float** field, size_t floats) {
-    float* ptr = base ? reinterpret_cast<float*>(static_cast<char*>(base) + used) : nullptr;
-    if (field) *field = ptr;
-    used += AlignUp(floats * sizeof(float));
+  auto take = [&](auto** field, size_t elements) {
+    using Element = std::remove_reference_t<decltype(**field)>;
+    *field = base ? reinterpret_cast<Element*>(static_cast<char*>(base) + used) : nullptr;
+    used += AlignUp(elements * sizeof(Element));
   };
   Scratch unused{};
   Scratch& x = s ? *s : unused;
   const size_t mat = C * kBT * kBT, state = C * K * V;
   take(&x.qn, R * K), take(&x.kn, R * K), take(&x.bt, R), take(&x.g, R), take(&x.G, R);
   take(&x.T, mat), take(&x.M, mat);
-  take(&x.W, R * K), take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
+  take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
     take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
     take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dA, mat);

@@ -1,12 +1,13 @@
 // The tensor-core kernels of the chunked delta rule: every product of the chunk form (see
 // chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, multiplied in TF32
-// with fp32 accumulation. Operands are the fp32 scratch of chunk_delta_steps.h, so the precision
-// is that of the fp32 reference up to TF32 rounding of the factors.
+// with fp32 accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the
+// bf16 queries and keys (the inputs, or their l2norm rounded as the inputs were) -- so the
+// precision is that of the fp32 reference up to TF32 rounding of the factors.
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
 // dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
 //   PrepareRowsKernel     (rows * H / 8)       qn, kn (l2norm), beta (sigmoid), g (in-kernel gate)
-//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U
+//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
 //   OutputKernel          (chunks, H, V/64)    o
@@ -63,23 +64,45 @@ __device__ inline T* TokPtr(T* base, const ChunkDeltaParams& p, const Chunk& c, 
   return base + ((c.row + r) * p.heads + h) * dim;
 }
 
+// Four adjacent bf16 values (8-byte aligned) <-> a float4.
+__device__ inline float4 LoadBf16x4(const __nv_bfloat16* src) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(src);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+__device__ inline void StoreBf16x4(__nv_bfloat16* dst, float4 v) {
+  uint2 raw;
+  *reinterpret_cast<__nv_bfloat162*>(&raw.x) = __floats2bfloat162_rn(v.x, v.y);
+  *reinterpret_cast<__nv_bfloat162*>(&raw.y) = __floats2bfloat162_rn(v.z, v.w);
+  *reinterpret_cast<uint2*>(dst) = raw;
+}
+__device__ inline float Dot4(float4 a, float4 b) {
+  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
+}
+
+__device__ inline float4 LoadFloat4(const float* src) {
+  return *reinterpret_cast<const float4*>(src);
+}
+__device__ inline float4 LoadFloat4(const __nv_bfloat16* src) { return LoadBf16x4(src); }
+
 // Tiles that the loaders below stage are operands of the TF32 products, rounded to TF32 on the
 // way in (tile::RoundTf32), unless a loader says otherwise.
 
-// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor, columns [col0, col0 + 64); rounded
-// to TF32 with kOperand. A thread moves the same float4 column of every 16th row, so its
-// addresses advance by a fixed stride.
-template <bool kOperand = true, typename RowScale>
-__device__ inline void LoadTok(float* dst, const float* src, const ChunkDeltaParams& p,
+// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor (fp32, or bf16 for qn and kn),
+// columns [col0, col0 + 64); rounded to TF32 with kOperand. A thread moves the same 4-column piece
+// of every 16th row, so its addresses advance by a fixed stride.
+template <bool kOperand = true, typename Src, typename RowScale>
+__device__ inline void LoadTok(float* dst, const Src* src, const ChunkDeltaParams& p,
                                const Chunk& c, int h, int dim, int col0, RowScale scale) {
   const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
   const int64_t row_stride = int64_t{p.heads} * dim;
-  const float* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
+  const Src* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
 #pragma unroll
   for (int r = r0; r < kBT; r += kThreads / 16) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < c.rows) {
-      v = *reinterpret_cast<const float4*>(from + r * row_stride);
+      v = LoadFloat4(from + r * row_stride);
       const float f = scale(r);
       v.x *= f, v.y *= f, v.z *= f, v.w *= f;
     }
@@ -257,11 +280,11 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
   for (int s = 0; s < kSlices; ++s) {
     const int e = s * 64 + lane * 2;
     if (e < p.k_dim) {
-      // Rounded to TF32 here: the state passes copy qn and kn into operand tiles as they are.
-      *reinterpret_cast<float2*>(b.s.qn + out + e) =
-          make_float2(tile::RoundTf32(q[s].x * rq), tile::RoundTf32(q[s].y * rq));
-      *reinterpret_cast<float2*>(b.s.kn + out + e) =
-          make_float2(tile::RoundTf32(k[s].x * rk), tile::RoundTf32(k[s].y * rk));
+      // bf16: without the l2norm these are the inputs, exact; with it, rounded as the inputs were.
+      *reinterpret_cast<__nv_bfloat162*>(b.s.qn + out + e) =
+          __floats2bfloat162_rn(q[s].x * rq, q[s].y * rq);
+      *reinterpret_cast<__nv_bfloat162*>(b.s.kn + out + e) =
+          __floats2bfloat162_rn(k[s].x * rk, k[s].y * rk);
     }
   }
   if (lane == 0) {
@@ -276,8 +299,8 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
 }
 
 // Per chunk: QK = Q K^T and KK = K K^T over K (in registers); M = tril(QK * D) (stored);
-// A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored); W = T diag(beta gamma) K;
-// U = T diag(beta) V. Three tiles of shared memory.
+// A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored); U = T diag(beta) V. Three tiles
+// of shared memory.
 __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* x = reinterpret_cast<float*>(smem4);
@@ -314,25 +337,17 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   __syncthreads();
   InvertUnitLower(T, y);
   StoreMat(b.s.T + Mat(p, chunk, h), T);
-  // out = T z for one 64-wide slice z in y, through x to the scratch rows; rounded to TF32 for W,
-  // which the state passes copy into operand tiles as it is.
-  const auto product = [&](float* dst, int dim, int col0, bool operand) {
-    __syncthreads();
-    Acc out;
-    out.Zero();
-    Mma<false, false>(out, T, y);
-    if (operand) out.RoundToTf32();
-    out.Store(x, kLd);
-    __syncthreads();
-    StoreTok(dst, x, p, c, h, dim, col0);
-  };
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-    LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
-    product(b.s.W, p.k_dim, k0, true);
-  }
+  // U, one 64-wide slice at a time, through x to the scratch rows. (W = T diag(beta gamma) K is
+  // not stored: the state passes form its products from T and the keys.)
   for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
     LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
-    product(b.s.U, p.v_dim, v0, false);
+    __syncthreads();
+    Acc u;
+    u.Zero();
+    Mma<false, false>(u, T, y);
+    u.Store(x, kLd);  // x's readers (the last StoreTok) are behind the barrier above
+    __syncthreads();
+    StoreTok(b.s.U, x, p, c, h, p.v_dim, v0);
   }
 }
 
@@ -648,23 +663,6 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
 
 inline size_t RowGradsSmem() { return (6 * kTile + 5 * kBT) * sizeof(float); }
 
-// Four adjacent bf16 values (8-byte aligned) <-> a float4.
-__device__ inline float4 LoadBf16x4(const __nv_bfloat16* src) {
-  const uint2 raw = *reinterpret_cast<const uint2*>(src);
-  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
-  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
-  return make_float4(lo.x, lo.y, hi.x, hi.y);
-}
-__device__ inline void StoreBf16x4(__nv_bfloat16* dst, float4 v) {
-  uint2 raw;
-  *reinterpret_cast<__nv_bfloat162*>(&raw.x) = __floats2bfloat162_rn(v.x, v.y);
-  *reinterpret_cast<__nv_bfloat162*>(&raw.y) = __floats2bfloat162_rn(v.z, v.w);
-  *reinterpret_cast<uint2*>(dst) = raw;
-}
-__device__ inline float Dot4(float4 a, float4 b) {
-  return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-}
-
 // Per (chunk, head), one warp per row: dq, dk from the gradients of the normalised rows
 // (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps) with the l2norm, else dx = dy); dv = beta dY;
 // dbeta = db + v.dY, through the sigmoid when beta comes as logits. A lane moves four adjacent
@@ -682,7 +680,7 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
     const int64_t xi = In(p.qk_strides, c.batch, c.t0 + i, h);
     for (int which = 0; which < 2; ++which) {
       const __nv_bfloat16* raw = (which == 0 ? p.q : p.k) + xi;
-      const float* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
+      const __nv_bfloat16* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
       const float* dy = (which == 0 ? b.s.SdO : b.s.dKd) + ri * K;
       __nv_bfloat16* dx = (which == 0 ? p.dq : p.dk) + xi;
       float4 yv[kPieces], dyv[kPieces];
@@ -693,7 +691,7 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
         if (e < K) {
           dyv[j] = *reinterpret_cast<const float4*>(dy + e);
           if (p.qk_l2norm) {
-            yv[j] = *reinterpret_cast<const float4*>(y + e);
+            yv[j] = LoadBf16x4(y + e);
             const float4 x = LoadBf16x4(raw + e);
             ss += Dot4(x, x);
             ydy += Dot4(yv[j], dyv[j]);
