@@ -101,15 +101,18 @@ struct WarpAcc16 {
       }
     }
   }
-  // To global memory (c 8-byte aligned, ldc even).
+  // To global memory (c 8-byte aligned, ldc even); with kRound rounded to TF32, for a copy that
+  // is only ever read as an operand.
+  template <bool kRound = false>
   __device__ __forceinline__ void StoreGlobal(float* c, int64_t ldc) const {
     float* own = c + LaneRow() * ldc + LaneCol();
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
+        const float a = x[4 * h + 2 * half], b = x[4 * h + 2 * half + 1];
         *reinterpret_cast<float2*>(own + half * 8 * ldc + h * 8) =
-            make_float2(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
+            kRound ? make_float2(RoundTf32(a), RoundTf32(b)) : make_float2(a, b);
       }
     }
   }
@@ -398,6 +401,32 @@ __device__ __forceinline__ void MmaBf16Tf32Warp16(WarpAcc16& acc, int kd, const 
     }
   }
   acc.Add(odd);
+}
+
+// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 (kARowMajor as Mma) and B fp32
+// row-major of TF32 values, read as MmaBf16Tf32Warp16 reads them (ldb = 4 mod 16 is
+// conflict-free); kd a multiple of 16.
+template <bool kARowMajor>
+__device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16* a, int lda,
+                                                 const float* b, int ldb) {
+  const Tf32PairedBOperand bo(b + Acc64::Col(), ldb);
+  const Bf16AsTf32AOperand<kARowMajor> a0(
+      kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
+  const Bf16AsTf32AOperand<kARowMajor> a1(
+      kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
+#pragma unroll 2
+  for (int l0 = 0; l0 < kd; l0 += 16) {
+    uint32_t fa0[2][4], fa1[2][4];
+    a0.Load(fa0, l0);
+    a1.Load(fa1, l0);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      uint32_t fb[4];
+      bo.Load(fb, l0 + 8 * s);
+      MmaStep(acc.part[0], fa0[s], fb);
+      MmaStep(acc.part[1], fa1[s], fb);
+    }
+  }
 }
 
 // acc += A[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64). Layout flags as Mma; kd

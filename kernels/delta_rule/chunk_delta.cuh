@@ -1,7 +1,7 @@
 // GPU run of the chunked delta rule: the order of the kernels, shared by chunk_delta_rule and
 // chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
 // chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
-// chunk_delta_tiles.cuh and chunk_delta_state_pass.cuh. Included only by
+// chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and chunk_delta_output.cuh. Included only by
 // kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
@@ -11,6 +11,7 @@
 
 #include "kernels/common/launch_checks.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
+#include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"

@@ -57,6 +57,8 @@ __device__ __forceinline__ void ScaleRows(WarpAcc16& acc, float top, float botto
 
 // The lane's elements of the warp tile of a [R,H,V] scratch tensor at the chunk's row 0 and the
 // block's column v0 <-> registers; rows past the chunk's end load as zero and are not stored.
+// StoreRows writes TF32 values: the new values and their gradients are read only as operands
+// (the output kernel copies them into operand tiles as they are).
 __device__ inline void LoadRows(WarpAcc16& acc, const float* src, int64_t ld, int rows) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -80,7 +82,8 @@ __device__ inline void StoreRows(float* dst, int64_t ld, const WarpAcc16& acc, i
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
       *reinterpret_cast<float2*>(dst + r * ld + WarpCol() + 8 * h + WarpAcc16::LaneCol()) =
-          make_float2(acc.x[4 * h + 2 * half], acc.x[4 * h + 2 * half + 1]);
+          make_float2(tile::RoundTf32(acc.x[4 * h + 2 * half]),
+                      tile::RoundTf32(acc.x[4 * h + 2 * half + 1]));
     }
   }
 }
@@ -109,11 +112,13 @@ struct StateTiles {
     }
     __syncwarp();
   }
-  // To the scratch copy of a K x V state (dst at column v0 of row 0; 8-byte aligned rows).
+  // To the scratch copy of a K x V state (dst at column v0 of row 0; 8-byte aligned rows), as
+  // TF32 values: the per-chunk states are read only as operands (the output kernel copies them
+  // into operand tiles as they are).
   __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].StoreGlobal(dst + int64_t{Row(j)} * v_dim + WarpCol(), v_dim);
+      if (j < nk) part[j].StoreGlobal<true>(dst + int64_t{Row(j)} * v_dim + WarpCol(), v_dim);
     }
   }
   __device__ void Scale(float f, int nk) {
@@ -183,13 +188,29 @@ struct TokTilePieces {
   }
 };
 
-// A 64 x 64 fp32 chunk matrix into a tile of leading dimension kLdTile.
+// A 64 x 64 fp32 matrix (rows src_ld apart: a chunk matrix, or a slice of a state) into a tile
+// of leading dimension kLdTile.
 template <int kLdTile>
-__device__ inline void IssueMat(float* dst, const float* src) {
+__device__ inline void IssueMat(float* dst, const float* src, int64_t src_ld = kBT) {
   const int r = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
 #pragma unroll
   for (int i = 0; i < kBT * 16 / kThreads; ++i) {
-    __pipeline_memcpy_async(dst + (r + 16 * i) * kLdTile + c4, src + (r + 16 * i) * kBT + c4, 16);
+    __pipeline_memcpy_async(dst + (r + 16 * i) * kLdTile + c4, src + (r + 16 * i) * src_ld + c4,
+                            16);
+  }
+}
+
+// 64 fp32 columns of the chunk's rows of a [R,H,dim] scratch tensor (chunk: its row 0 at the
+// first column; rows row_stride apart) into a tile of leading dimension kLdTile.
+template <int kLdTile>
+__device__ inline void IssueTokF32(float* dst, const float* chunk, int64_t row_stride, int rows) {
+  const int r = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
+#pragma unroll
+  for (int i = 0; i < kBT * 16 / kThreads; ++i) {
+    const int row = r + 16 * i;
+    const bool valid = row < rows;
+    __pipeline_memcpy_async(dst + row * kLdTile + c4, chunk + (valid ? row * row_stride : 0) + c4,
+                            16, valid ? 0 : 16);
   }
 }
 
@@ -204,13 +225,13 @@ __device__ inline void IssueInV(bf16* dst, const bf16* chunk, int64_t token_stri
 }
 
 // G and beta of the chunk's rows (G, beta: the chunk's row 0 of the [R,H] scratch at head h);
-// rows past the end repeat the last G and have beta 0.
+// rows past the end repeat the last G and have beta 0. Null beta_dst: G only.
 __device__ inline void IssueRowScalars(float* G_dst, float* beta_dst, const float* G,
                                        const float* beta, int heads, int rows) {
   const int r = threadIdx.x % kBT;
   if (threadIdx.x < kBT) {
     __pipeline_memcpy_async(G_dst + r, G + (r < rows ? r : rows - 1) * heads, 4);
-  } else if (threadIdx.x < 2 * kBT) {
+  } else if (threadIdx.x < 2 * kBT && beta_dst != nullptr) {
     const bool valid = r < rows;
     __pipeline_memcpy_async(beta_dst + r, beta + (valid ? r * heads : 0), 4, valid ? 0 : 4);
   }

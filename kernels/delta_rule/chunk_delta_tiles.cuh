@@ -10,7 +10,7 @@
 //   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
-//   OutputKernel          (chunks, H, V/64)    o
+//   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
 //   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM
 //   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T)
@@ -353,39 +353,6 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
 
 inline size_t ChunkPrepareSmem() { return (3 * kTile + 2 * kBT) * sizeof(float); }
 
-// Per (chunk, head, V slice): o = scale [diag(gamma) Q S + M Ut], accumulated in registers.
-__global__ void __launch_bounds__(kThreads, 3) OutputKernel(StepBase b) {
-  extern __shared__ float4 smem4[];
-  float* q = reinterpret_cast<float*>(smem4);
-  float* s = q + kTile;
-  float* G = s + kTile;
-  const ChunkDeltaParams& p = b.p;
-  const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
-  const Chunk c = LocateChunk(p, chunk);
-  LoadRowScalars(G, nullptr, b, c, h);
-  __syncthreads();
-  Acc acc;
-  acc.Zero();
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-    LoadTok(q, b.s.qn, p, c, h, p.k_dim, k0, [&](int r) { return p.scale * expf(G[r]); });
-    LoadState<kBT, kLd, true>(s, b.s.S + State(p, chunk, h) + int64_t{k0} * p.v_dim, kBT, p.v_dim,
-                              v0);
-    __syncthreads();
-    Mma<false, false>(acc, q, s);
-    __syncthreads();
-  }
-  LoadMat(q, b.s.M + Mat(p, chunk, h), p.scale);
-  LoadTok(s, b.s.Ut, p, c, h, p.v_dim, v0, One{});
-  __syncthreads();
-  Mma<false, false>(acc, q, s);
-  __syncthreads();
-  acc.Store(q, kLd);
-  __syncthreads();
-  StoreOut(p.o, p.v_strides, q, c, h, v0);
-}
-
-inline size_t OutputSmem() { return (2 * kTile + kBT) * sizeof(float); }
-
 // ----------------------------------------------------------------------------------------------
 // Backward
 
@@ -610,10 +577,19 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
     }
     if (threadIdx.x % 4 == 0) q_sdo[row] += dots[0], k_dkd[row] += dots[1], k_dx[row] += dots[2];
     __syncthreads();
-    Mma<false, false>(dq, dmd, k, true);
-    Mma<true, false>(dk, dmd, q, true);
-    Mma<false, false>(dk, dab, k, true);
-    Mma<true, false>(dk, dab, k, true);
+    {
+      // Each warp reads and writes only its own tiles of dq and dk (Acc64), so the products
+      // accumulate in registers between one load and one store.
+      Acc acc;
+      acc.Load(dq, kLd);
+      Mma<false, false>(acc, dmd, k);
+      acc.Store(dq, kLd);
+      acc.Load(dk, kLd);
+      Mma<true, false>(acc, dmd, q);
+      Mma<false, false>(acc, dab, k);
+      Mma<true, false>(acc, dab, k);
+      acc.Store(dk, kLd);
+    }
     __syncthreads();
     StoreTok(b.s.SdO, dq, p, c, h, K, k0);
     StoreTok(b.s.dKd, dk, p, c, h, K, k0);
@@ -636,14 +612,25 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
     dmd[x] = lower ? dA[e] * __expf(G[i] - G[j]) * kk_ij : 0.0f;
   }
   __syncthreads();
-  if (threadIdx.x < kBT) {
-    const int i = threadIdx.x;
+  // Four threads per row: the row and column sums, and for the last row the decay of every key.
+  {
+    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
+    float sums = 0.0f, db = 0.0f, keys = 0.0f;
     if (i < c.rows) {
-      float sums = 0.0f, db = 0.0f;
-      for (int j = 0; j < kBT; ++j) {
+      for (int j = part; j < kBT; j += 4) {
         sums += QK[i * kLd + j] + KK[i * kLd + j] - QK[j * kLd + i] - KK[j * kLd + i];
         db += dmd[i * kLd + j];
       }
+      if (i == c.rows - 1) {
+        for (int m = part; m < c.rows; m += 4) keys += expf(G_last - G[m]) * k_dkd[m];
+      }
+    }
+    for (int off = 1; off < 4; off *= 2) {
+      sums += __shfl_xor_sync(0xffffffffu, sums, off);
+      db += __shfl_xor_sync(0xffffffffu, db, off);
+      keys += __shfl_xor_sync(0xffffffffu, keys, off);
+    }
+    if (i < c.rows && part == 0) {
       const float gamma = expf(G[i]);
       float dG = p.scale * gamma * q_sdo[i] - expf(G_last - G[i]) * k_dkd[i] +
                  beta[i] * gamma * k_dx[i] + sums;
@@ -651,8 +638,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
         const float* dots = b.s.state_dots + (int64_t{chunk} * p.heads + h) * kMaxKSlices;
         float state_dot = 0.0f;
         for (int k = 0; k < p.k_dim / kBT; ++k) state_dot += dots[k];
-        dG += gamma * state_dot;
-        for (int m = 0; m < c.rows; ++m) dG += expf(G_last - G[m]) * k_dkd[m];
+        dG += gamma * state_dot + keys;
       }
       const int64_t ri = (c.row + i) * p.heads + h;
       b.s.dG[ri] = dG;

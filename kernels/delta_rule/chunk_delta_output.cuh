@@ -1,0 +1,87 @@
+// The output of the chunked delta rule, one block per (chunk, head, 64-wide V slice):
+//   o = scale [diag(gamma) (Q S) + M Ut]
+// with S the state entering the chunk (formulas in chunk_delta_steps.h).
+//
+// Every operand reaches shared memory by cp.async, with no pass through registers and no
+// conversion: the bf16 queries (the TF32 products read them as they are), the chunk's state
+// slices and Ut (their producers, the state pass, store TF32 values) and M (ChunkPrepare's TF32
+// values). The row factor gamma and the scale apply to the accumulators, not to the operands. The
+// queries and states go through two stages of 64-wide K slices (at K <= 128 every slice is in
+// flight at once); M, Ut and G arrive with the first stage.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/delta_rule/chunk_delta_state_pass.cuh"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+// Shared memory, in this order: two stages of a bf16 query tile (leading dimension kLdBf16) and
+// an fp32 state slice (kLd, read as the paired B operand: 68 = 4 mod 16), M (kLd, read as
+// stored), Ut (kLdT, the TF32 products' B operand), G.
+constexpr int kOutputQueryBytes = kBf16Tile * 2;
+constexpr int kOutputStateBytes = kBT * kLd * 4;
+
+inline size_t OutputSmem() {
+  return 2 * (kOutputQueryBytes + kOutputStateBytes) + kBT * kLd * 4 + kBT * kLdT * 4 + kBT * 4;
+}
+
+__global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  const ChunkDeltaParams& p = b.p;
+  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
+  char* at = reinterpret_cast<char*>(smem4);
+  bf16* q_stages = reinterpret_cast<bf16*>(at);
+  float* s_stages = reinterpret_cast<float*>(at + 2 * kOutputQueryBytes);
+  float* M = s_stages + 2 * kBT * kLd;
+  float* ut = M + kBT * kLd;
+  float* G = ut + kBT * kLdT;
+  const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
+  const Chunk c = LocateChunk(p, chunk);
+  const TokTilePieces query_pieces(int64_t{p.heads} * K);
+  const bf16* q_chunk = TokPtr(b.s.qn, p, c, 0, h, K);
+  const float* s_chunk = b.s.S + State(p, chunk, h) + v0;
+  // K slice j into stage j % 2.
+  const auto issue_slice = [&](int j) {
+    query_pieces.Issue(q_stages + j % 2 * kBf16Tile, q_chunk + j * kBT, c.rows, 1);
+    IssueMat<kLd>(s_stages + j % 2 * kBT * kLd, s_chunk + int64_t{j} * kBT * V, V);
+  };
+  issue_slice(0);
+  IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));
+  IssueTokF32<kLdT>(ut, TokPtr(b.s.Ut, p, c, 0, h, V) + v0, int64_t{p.heads} * V, c.rows);
+  IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
+  __pipeline_commit();
+  if (nk > 1) issue_slice(1);
+  __pipeline_commit();
+  Acc acc;  // Q S, then o
+  acc.Zero();
+  for (int j = 0; j < nk; ++j) {
+    __pipeline_wait_prior(1);  // slice j (and with it, for j = 0, M, Ut and G)
+    __syncthreads();
+    tile::MmaBf16Tf32Acc64<true>(acc, kBT, q_stages + j % 2 * kBf16Tile, kLdBf16,
+                                 s_stages + j % 2 * kBT * kLd, kLd);
+    if (j + 2 < nk) {
+      __syncthreads();  // stage j % 2 is read
+      issue_slice(j + 2);
+    }
+    __pipeline_commit();
+  }
+  acc.Transform([&](int r, int, float x) { return x * __expf(G[r]); });
+  tile::MmaTf32Acc64<true, true>(acc, kBT, M, kLd, ut, kLdT);
+  acc.Scale(p.scale);
+  // Out through the first query stage, in 16-byte row pieces.
+  __syncthreads();
+  acc.StoreBf16(q_stages, kLdBf16);
+  __syncthreads();
+  for (int idx = threadIdx.x; idx < c.rows * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8 * 8;
+    *reinterpret_cast<uint4*>(p.o + In(p.v_strides, c.batch, c.t0 + r, h) + v0 + c8) =
+        *reinterpret_cast<const uint4*>(q_stages + r * kLdBf16 + c8);
+  }
+}
+
+}  // namespace flame::kernels::delta_chunk::tiles
