@@ -20,11 +20,11 @@ using bf16 = __nv_bfloat16;
 constexpr int kLdBf16 = 72;  // leading dimension of a 64-wide bf16 tile: 64 x 72 x 2 = 9216 B
 constexpr int kLdF32 = 68;   // leading dimension of a 64-wide fp32 tile: 64 x 68 x 4 = 17408 B
 
-// TF32 products (MmaTf32Acc64, MmaTf32Tile64, MmaTf32Warp16) take fp32 tiles whose values are
-// already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each 32-bit operand, so
-// a kernel rounds a value once where it stages or produces an operand tile (RoundTf32) instead of
-// once per fragment load (each element is loaded by two to four warps). An operand left
-// unrounded is truncated: a bias of up to one TF32 ulp, not a fault.
+// TF32 products (MmaTf32Acc64, MmaTf32Warp16, and those with a bf16 operand) take fp32 tiles
+// whose values are already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each
+// 32-bit operand, so a kernel rounds a value once where it stages or produces an operand tile
+// (RoundTf32) instead of once per fragment load (each element is loaded by two to four warps).
+// An operand left unrounded is truncated: a bias of up to one TF32 ulp, not a fault.
 __device__ __forceinline__ float RoundTf32(float x) {
   uint32_t r;  // round to nearest, ties away from zero; the low 13 bits come back zero
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
@@ -223,11 +223,13 @@ struct Acc64 {
 #pragma unroll
     for (int i = 0; i < 2; ++i) part[i].StoreBf16(c + Row(i) * ldc + Col(), ldc);
   }
-  // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
-  // warp's next reads of c.
+  // c = C, each warp writing only its own tiles (with kRound rounded to TF32, for a copy that is
+  // only ever read as an operand); the __syncwarp orders the stores before the warp's next reads
+  // of c.
+  template <bool kRound = false>
   __device__ __forceinline__ void Store(float* c, int ldc) const {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) part[i].Store(c + Row(i) * ldc + Col(), ldc);
+    for (int i = 0; i < 2; ++i) part[i].Store<kRound>(c + Row(i) * ldc + Col(), ldc);
     __syncwarp();
   }
 };
@@ -253,22 +255,6 @@ __device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a,
     MmaStep(acc.part[0], fa0, fb);
     MmaStep(acc.part[1], fa1, fb);
   }
-}
-
-// C[64 x 64] (+)= A B with C in shared memory. A warp reads and writes only its own tiles of C
-// (Acc64's ownership), the same in every call, so calls that accumulate into one C in turn
-// need no block barrier between them.
-template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Tile64(int kd, const float* a, int lda, const float* b,
-                                              int ldb, float* c, int ldc, bool accumulate) {
-  Acc64 acc;
-  if (accumulate) {
-    acc.Load(c, ldc);
-  } else {
-    acc.Zero();
-  }
-  MmaTf32Acc64<kARowMajor, kBRowMajor>(acc, kd, a, lda, b, ldb);
-  acc.Store(c, ldc);
 }
 
 // acc += A[16 x kd] B[kd x 16] by one warp from TF32 values, with a pointing at A(0, 0) and b at

@@ -1,8 +1,9 @@
 // GPU run of the chunked delta rule: the order of the kernels, shared by chunk_delta_rule and
 // chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
 // chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
-// chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and chunk_delta_output.cuh. Included only by
-// kernels/delta_rule/chunk_delta_rule.cu.
+// chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
+// (chunk_delta_output.cuh, chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh,
+// chunk_delta_row_grads.cuh). Included only by kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -12,9 +13,12 @@
 #include "kernels/common/launch_checks.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
+#include "kernels/delta_rule/chunk_delta_row_grads.cuh"
+#include "kernels/delta_rule/chunk_delta_row_terms.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"
+#include "kernels/delta_rule/chunk_delta_wy_backward.cuh"
 
 namespace flame::kernels::delta_chunk {
 

@@ -12,9 +12,10 @@
 //                                              (chunk_delta_state_pass.cuh)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
 //   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
-//   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM
-//   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T)
+//   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM (chunk_delta_row_terms.cuh)
+//   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T; chunk_delta_wy_backward.cuh)
 //   RowGradsKernel        (chunks, H)          gradients of the normalised q and k, dG, db
+//                                              (chunk_delta_row_grads.cuh)
 //   FinishRowsKernel      (chunks, H)          dq, dk (l2norm backward), dv, dbeta
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
@@ -37,22 +38,13 @@ constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank c
 constexpr int kTile = kBT * kLd;   // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
 
-// C (+)= A B for 64 x 64 tiles; kAT / kBTr: the operand is the transpose of the stored tile.
-template <bool kAT, bool kBTr>
-__device__ __forceinline__ void Mma(float* c, const float* a, const float* b, bool accumulate) {
-  tile::MmaTf32Tile64<!kAT, !kBTr>(kBT, a, kLd, b, kLd, c, kLd, accumulate);
-}
-
-// acc += A B, the same products with C in registers (tile::Acc64).
+// acc += A B for 64 x 64 tiles, C in registers (tile::Acc64); kAT / kBTr: the operand is the
+// transpose of the stored tile.
 using Acc = tile::Acc64;
 template <bool kAT, bool kBTr>
 __device__ __forceinline__ void Mma(Acc& acc, const float* a, const float* b) {
   tile::MmaTf32Acc64<!kAT, !kBTr>(acc, kBT, a, kLd, b, kLd);
 }
-
-struct One {
-  __device__ float operator()(int) const { return 1.0f; }
-};
 
 // ----------------------------------------------------------------------------------------------
 // Tile moves between global memory and shared memory (float4 / 16-byte accesses; the launcher
@@ -110,6 +102,35 @@ __device__ inline void LoadTok(float* dst, const Src* src, const ChunkDeltaParam
   }
 }
 
+// Two 64 x 64 tiles of bf16 [R,H,dim] scratch (qn and kn), columns [col0, col0 + 64), as fp32
+// (exact: no rounding). Every load is issued before any store, so the pair waits on one round
+// trip to memory; LoadTok after LoadTok waits on two (the compiler keeps a load behind a shared
+// store that might alias it).
+__device__ inline void LoadTokPair(float* dst_a, const __nv_bfloat16* src_a, float* dst_b,
+                                   const __nv_bfloat16* src_b, const ChunkDeltaParams& p,
+                                   const Chunk& c, int h, int dim, int col0) {
+  constexpr int kRows = kBT / (kThreads / 16);
+  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
+  const int64_t row_stride = int64_t{p.heads} * dim;
+  const int64_t first = Tok(p, c.row, h, dim) + col0 + c4;
+  float4 a[kRows], b[kRows];
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int r = r0 + i * (kThreads / 16);
+    a[i] = b[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    if (r < c.rows) {
+      a[i] = LoadBf16x4(src_a + first + r * row_stride);
+      b[i] = LoadBf16x4(src_b + first + r * row_stride);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < kRows; ++i) {
+    const int r = r0 + i * (kThreads / 16);
+    *reinterpret_cast<float4*>(dst_a + r * kLd + c4) = a[i];
+    *reinterpret_cast<float4*>(dst_b + r * kLd + c4) = b[i];
+  }
+}
+
 __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaParams& p,
                                 const Chunk& c, int h, int dim, int col0) {
   const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
@@ -145,30 +166,6 @@ __device__ inline void LoadIn(float* dst, const __nv_bfloat16* src, const Tensor
     float4* d = reinterpret_cast<float4*>(dst + r * kLd + c8 * 8);
     d[0] = make_float4(out[0], out[1], out[2], out[3]);
     d[1] = make_float4(out[4], out[5], out[6], out[7]);
-  }
-}
-
-// Rows of the chunk of a [B,T,H,D] bf16 output, columns [col0, col0 + 64) = src.
-__device__ inline void StoreOut(__nv_bfloat16* dst, const TensorStrides& st, const float* src,
-                                const Chunk& c, int h, int col0) {
-  for (int idx = threadIdx.x; idx < c.rows * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    const float* x = src + r * kLd + c8 * 8;
-    uint4 raw;
-    auto* pairs = reinterpret_cast<__nv_bfloat162*>(&raw);
-#pragma unroll
-    for (int q = 0; q < 4; ++q) pairs[q] = __floats2bfloat162_rn(x[2 * q], x[2 * q + 1]);
-    *reinterpret_cast<uint4*>(dst + In(st, c.batch, c.t0 + r, h) + col0 + c8 * 8) = raw;
-  }
-}
-
-// A 64 x 64 chunk matrix (leading dimension 64 in scratch), scaled.
-__device__ inline void LoadMat(float* dst, const float* src, float scale = 1.0f) {
-  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
-    const int r = idx / 16, c4 = idx % 16;
-    float4 v = *reinterpret_cast<const float4*>(src + r * kBT + c4 * 4);
-    v.x *= scale, v.y *= scale, v.z *= scale, v.w *= scale;
-    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = tile::RoundTf32(v);
   }
 }
 
@@ -316,8 +313,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     Acc qk, kk;
     qk.Zero(), kk.Zero();
     for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-      LoadTok(x, b.s.qn, p, c, h, p.k_dim, k0, One{});
-      LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, One{});
+      LoadTokPair(x, b.s.qn, y, b.s.kn, p, c, h, p.k_dim, k0);
       __syncthreads();
       Mma<false, true>(qk, x, y);
       Mma<false, true>(kk, y, y);
@@ -355,299 +351,6 @@ inline size_t ChunkPrepareSmem() { return (3 * kTile + 2 * kBT) * sizeof(float);
 
 // ----------------------------------------------------------------------------------------------
 // Backward
-
-// Per (chunk, head), with S and dS' the chunk's entering state and leaving-state gradient:
-//   dW = -dUt S^T,  dKd = Ut dS'^T,  SdO = dO S^T  (64 x K),  dM = scale tril(dO Ut^T),
-//   and <S, dS'> (RowGrads' last row).
-// One block per (chunk, 64-wide K slice, head), the slices of a chunk adjacent in blockIdx.x: a
-// block loops over V for its slice only, and the chunk's dUt, Ut and dO tiles, which every slice
-// reads, come from L2 for all but the first of the neighbouring blocks (one block looping over
-// all K slices re-read them per slice; at (8, 4096, 8, 256) the split took the kernel from 3.53
-// to 3.01 ms per call on the H200).
-// The first slice's block also computes dM; each block leaves its part of <S, dS'>.
-// The products accumulate in registers over V, so shared memory holds only the five input tiles:
-// two blocks per multiprocessor.
-__global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
-  extern __shared__ float4 smem4[];
-  float* s = reinterpret_cast<float*>(smem4);
-  float* ds = s + kTile;
-  float* dut = ds + kTile;
-  float* ut = dut + kTile;
-  float* d_o = ut + kTile;
-  const ChunkDeltaParams& p = b.p;
-  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  const int chunk = blockIdx.x / nk, slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.y;
-  const bool first_slice = slice == 0;
-  const Chunk c = LocateChunk(p, chunk);
-  const float* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
-  const float* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
-  float state_dot = 0.0f;
-  Acc dw, dkd, sdo, dm;
-  dw.Zero(), dkd.Zero(), sdo.Zero(), dm.Zero();
-  for (int v0 = 0; v0 < V; v0 += kBT) {
-    LoadState<kBT, kLd, true>(s, S, kBT, V, v0);
-    LoadState<kBT, kLd, true>(ds, dS, kBT, V, v0);
-    LoadTok(dut, b.s.dUt, p, c, h, V, v0, One{});
-    LoadTok(ut, b.s.Ut, p, c, h, V, v0, One{});
-    LoadIn(d_o, p.d_o, p.v_strides, c, h, v0, One{});
-    __syncthreads();
-    Mma<false, true>(dw, dut, s);
-    Mma<false, true>(dkd, ut, ds);
-    Mma<false, true>(sdo, d_o, s);
-    if (first_slice) Mma<false, true>(dm, d_o, ut);
-    for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-      state_dot += s[e / kBT * kLd + e % kBT] * ds[e / kBT * kLd + e % kBT];
-    }
-    __syncthreads();
-  }
-  // Staged through the (now free) input tiles: StoreTok writes only the chunk's rows.
-  dw.Scale(-1.0f);
-  dw.Store(s, kLd);
-  dkd.Store(ds, kLd);
-  sdo.Store(dut, kLd);
-  if (first_slice) dm.Store(ut, kLd);
-  for (int off = 16; off > 0; off /= 2) state_dot += __shfl_xor_sync(0xffffffffu, state_dot, off);
-  float* warp_dots = d_o;
-  if (threadIdx.x % 32 == 0) warp_dots[threadIdx.x / 32] = state_dot;
-  __syncthreads();
-  StoreTok(b.s.dW, s, p, c, h, K, k0);
-  StoreTok(b.s.dKd, ds, p, c, h, K, k0);
-  StoreTok(b.s.SdO, dut, p, c, h, K, k0);
-  if (first_slice) {
-    float* dM = b.s.dM + Mat(p, chunk, h);
-    for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-      const int i = e / kBT, j = e % kBT;
-      dM[e] = i < c.rows && j <= i ? p.scale * ut[i * kLd + j] : 0.0f;
-    }
-  }
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += warp_dots[w];
-    b.s.state_dots[(int64_t{chunk} * p.heads + h) * kMaxKSlices + slice] = total;
-  }
-}
-
-inline size_t RowTermsSmem() { return 5 * kTile * sizeof(float); }
-
-// Per (chunk, head), through W = T X and U = T Y (X = diag(beta gamma) K, Y = diag(beta) V):
-//   dT = tril(dW X^T + dUt Y^T);  dX = T^T dW;  dY = T^T dUt;  dA = strict_tril(-T^T dT T^T).
-// dT accumulates in registers; each product leaves through the tile its operand came from.
-__global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
-  extern __shared__ float4 smem4[];
-  float* T = reinterpret_cast<float*>(smem4);
-  float* x = T + kTile;
-  float* y = x + kTile;
-  float* G = y + kTile;
-  float* beta = G + kBT;
-  const ChunkDeltaParams& p = b.p;
-  const int chunk = blockIdx.x, h = blockIdx.y;
-  const Chunk c = LocateChunk(p, chunk);
-  LoadRowScalars(G, beta, b, c, h);
-  LoadMat(T, b.s.T + Mat(p, chunk, h));
-  __syncthreads();
-  Acc dT;
-  dT.Zero();
-  // dT += dZ Z^T and dZ' = T^T dZ for one 64-wide slice of (dW, X) or (dUt, Y) in x and y.
-  const auto slice = [&](float* dst, int dim, int col0) {
-    __syncthreads();
-    Mma<false, true>(dT, x, y);
-    Acc out;
-    out.Zero();
-    Mma<true, false>(out, T, x);
-    __syncthreads();
-    out.Store(y, kLd);
-    __syncthreads();
-    StoreTok(dst, y, p, c, h, dim, col0);
-    __syncthreads();
-  };
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-    LoadTok(x, b.s.dW, p, c, h, p.k_dim, k0, One{});
-    LoadTok(y, b.s.kn, p, c, h, p.k_dim, k0, [&](int r) { return beta[r] * expf(G[r]); });
-    slice(b.s.dX, p.k_dim, k0);
-  }
-  for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
-    LoadTok(x, b.s.dUt, p, c, h, p.v_dim, v0, One{});
-    LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
-    slice(b.s.dY, p.v_dim, v0);
-  }
-  dT.Store(x, kLd);
-  __syncthreads();
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int i = e / kBT, j = e % kBT;
-    x[i * kLd + j] = i < c.rows && j <= i ? tile::RoundTf32(x[i * kLd + j]) : 0.0f;
-  }
-  __syncthreads();
-  Acc z;  // Z = dT T^T
-  z.Zero();
-  Mma<false, true>(z, x, T);
-  z.RoundToTf32();
-  z.Store(y, kLd);
-  __syncthreads();
-  Acc tz;  // T^T Z
-  tz.Zero();
-  Mma<true, false>(tz, T, y);
-  tz.Store(x, kLd);
-  __syncthreads();
-  float* dA = b.s.dA + Mat(p, chunk, h);
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int i = e / kBT, j = e % kBT;
-    dA[e] = i < c.rows && j < i ? -x[i * kLd + j] : 0.0f;
-  }
-}
-
-inline size_t WYBackwardSmem() { return (3 * kTile + 2 * kBT) * sizeof(float); }
-
-// Per (chunk, head): the gradients of the normalised q and k of every row, with
-// dMD = dM * D (lower) and dAb = diag(beta) dA * D (strictly lower):
-//   dq = scale diag(gamma) SdO + dMD K
-//   dk = diag(exp(G_L - G)) dKd + diag(beta gamma) dX + dMD^T Q + dAb K + dAb^T K
-// written over SdO and dKd; and per row, with P = dMD * (Q K^T), Qm = dAb * (K K^T),
-//   dG_i = scale gamma_i q_i.SdO_i - exp(G_L-G_i) k_i.dKd_i + beta_i gamma_i k_i.dX_i
-//          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
-//          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
-//   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
-// Q K^T and K K^T accumulate in registers and dX is read straight into the row loop, so shared
-// memory holds six tiles: two blocks per multiprocessor.
-__global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
-  extern __shared__ float4 smem4[];
-  float* dmd = reinterpret_cast<float*>(smem4);
-  float* dab = dmd + kTile;
-  float* q = dab + kTile;
-  float* k = q + kTile;
-  float* dq = k + kTile;
-  float* dk = dq + kTile;
-  float* G = dk + kTile;
-  float* beta = G + kBT;
-  float* q_sdo = beta + kBT;  // per-row dot products over K
-  float* k_dkd = q_sdo + kBT;
-  float* k_dx = k_dkd + kBT;
-  const ChunkDeltaParams& p = b.p;
-  const int K = p.k_dim;
-  const int chunk = blockIdx.x, h = blockIdx.y;
-  const Chunk c = LocateChunk(p, chunk);
-  LoadRowScalars(G, beta, b, c, h);
-  LoadMat(dmd, b.s.dM + Mat(p, chunk, h));
-  LoadMat(dab, b.s.dA + Mat(p, chunk, h));
-  if (threadIdx.x < kBT) q_sdo[threadIdx.x] = k_dkd[threadIdx.x] = k_dx[threadIdx.x] = 0.0f;
-  __syncthreads();
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int i = e / kBT, j = e % kBT;
-    const float D = j <= i ? __expf(G[i] - G[j]) : 0.0f;
-    dmd[i * kLd + j] = tile::RoundTf32(dmd[i * kLd + j] * D);
-    dab[i * kLd + j] = tile::RoundTf32(dab[i * kLd + j] * beta[i] * D);
-  }
-  const float G_last = G[c.rows - 1];
-  // Four threads per row, 16 columns each, for the row dot products.
-  const int row = threadIdx.x / 4, col0 = threadIdx.x % 4 * 16;
-  Acc qk, kk;
-  qk.Zero(), kk.Zero();
-  for (int k0 = 0; k0 < K; k0 += kBT) {
-    LoadTok(q, b.s.qn, p, c, h, K, k0, One{});
-    LoadTok(k, b.s.kn, p, c, h, K, k0, One{});
-    LoadTok<false>(dq, b.s.SdO, p, c, h, K, k0, One{});  // accumulators, kept in fp32
-    LoadTok<false>(dk, b.s.dKd, p, c, h, K, k0, One{});
-    float dx[16] = {};
-    if (row < c.rows) {
-      const float4* src =
-          reinterpret_cast<const float4*>(TokPtr(b.s.dX, p, c, row, h, K) + k0 + col0);
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const float4 v = src[t];
-        dx[4 * t] = v.x, dx[4 * t + 1] = v.y, dx[4 * t + 2] = v.z, dx[4 * t + 3] = v.w;
-      }
-    }
-    __syncthreads();
-    Mma<false, true>(qk, q, k);
-    Mma<false, true>(kk, k, k);
-    float dots[3] = {0.0f, 0.0f, 0.0f};
-    const float gamma = expf(G[row]), kd = expf(G_last - G[row]);
-#pragma unroll
-    for (int t = 0; t < 16; ++t) {
-      const int e = row * kLd + col0 + t;
-      dots[0] += q[e] * dq[e];
-      dots[1] += k[e] * dk[e];
-      dots[2] += k[e] * dx[t];
-      dq[e] *= p.scale * gamma;
-      dk[e] = kd * dk[e] + beta[row] * gamma * dx[t];
-    }
-#pragma unroll
-    for (int t = 0; t < 3; ++t) {
-      dots[t] += __shfl_xor_sync(0xffffffffu, dots[t], 1);
-      dots[t] += __shfl_xor_sync(0xffffffffu, dots[t], 2);
-    }
-    if (threadIdx.x % 4 == 0) q_sdo[row] += dots[0], k_dkd[row] += dots[1], k_dx[row] += dots[2];
-    __syncthreads();
-    {
-      // Each warp reads and writes only its own tiles of dq and dk (Acc64), so the products
-      // accumulate in registers between one load and one store.
-      Acc acc;
-      acc.Load(dq, kLd);
-      Mma<false, false>(acc, dmd, k);
-      acc.Store(dq, kLd);
-      acc.Load(dk, kLd);
-      Mma<true, false>(acc, dmd, q);
-      Mma<false, false>(acc, dab, k);
-      Mma<true, false>(acc, dab, k);
-      acc.Store(dk, kLd);
-    }
-    __syncthreads();
-    StoreTok(b.s.SdO, dq, p, c, h, K, k0);
-    StoreTok(b.s.dKd, dk, p, c, h, K, k0);
-    __syncthreads();
-  }
-  qk.Store(q, kLd);
-  kk.Store(k, kLd);
-  __syncthreads();
-  float* QK = q;
-  float* KK = k;
-  // P and Qm over QK and KK; the beta terms dA * D * KK over dmd (each element read, then written,
-  // by one thread).
-  const float* dA = b.s.dA + Mat(p, chunk, h);
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int i = e / kBT, j = e % kBT, x = i * kLd + j;
-    const bool lower = j < i;
-    const float kk_ij = KK[x];
-    QK[x] = lower ? dmd[x] * QK[x] : 0.0f;
-    KK[x] = lower ? dab[x] * kk_ij : 0.0f;
-    dmd[x] = lower ? dA[e] * __expf(G[i] - G[j]) * kk_ij : 0.0f;
-  }
-  __syncthreads();
-  // Four threads per row: the row and column sums, and for the last row the decay of every key.
-  {
-    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
-    float sums = 0.0f, db = 0.0f, keys = 0.0f;
-    if (i < c.rows) {
-      for (int j = part; j < kBT; j += 4) {
-        sums += QK[i * kLd + j] + KK[i * kLd + j] - QK[j * kLd + i] - KK[j * kLd + i];
-        db += dmd[i * kLd + j];
-      }
-      if (i == c.rows - 1) {
-        for (int m = part; m < c.rows; m += 4) keys += expf(G_last - G[m]) * k_dkd[m];
-      }
-    }
-    for (int off = 1; off < 4; off *= 2) {
-      sums += __shfl_xor_sync(0xffffffffu, sums, off);
-      db += __shfl_xor_sync(0xffffffffu, db, off);
-      keys += __shfl_xor_sync(0xffffffffu, keys, off);
-    }
-    if (i < c.rows && part == 0) {
-      const float gamma = expf(G[i]);
-      float dG = p.scale * gamma * q_sdo[i] - expf(G_last - G[i]) * k_dkd[i] +
-                 beta[i] * gamma * k_dx[i] + sums;
-      if (i == c.rows - 1) {
-        const float* dots = b.s.state_dots + (int64_t{chunk} * p.heads + h) * kMaxKSlices;
-        float state_dot = 0.0f;
-        for (int k = 0; k < p.k_dim / kBT; ++k) state_dot += dots[k];
-        dG += gamma * state_dot + keys;
-      }
-      const int64_t ri = (c.row + i) * p.heads + h;
-      b.s.dG[ri] = dG;
-      b.s.db[ri] = gamma * k_dx[i] + db;
-    }
-  }
-}
-
-inline size_t RowGradsSmem() { return (6 * kTile + 5 * kBT) * sizeof(float); }
 
 // Per (chunk, head), one warp per row: dq, dk from the gradients of the normalised rows
 // (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps) with the l2norm, else dx = dy); dv = beta dY;

@@ -1,0 +1,175 @@
+// The backward's row gradients of the chunked delta rule (formulas in chunk_delta_steps.h).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/delta_rule/chunk_delta_state_pass.cuh"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+// Per (chunk, head): the gradients of the normalised q and k of every row, with
+// dMD = dM * D (lower) and dAb = diag(beta) dA * D (strictly lower):
+//   dq = scale diag(gamma) SdO + dMD K
+//   dk = diag(exp(G_L - G)) dKd + diag(beta gamma) dX + dMD^T Q + dAb K + dAb^T K
+// written over SdO and dKd; and per row, with P = dMD * (Q K^T), Qm = dAb * (K K^T),
+//   dG_i = scale gamma_i q_i.SdO_i - exp(G_L-G_i) k_i.dKd_i + beta_i gamma_i k_i.dX_i
+//          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
+//          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
+//   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
+// Q K^T and K K^T accumulate in registers and dX is read straight into the row loop, so shared
+// memory holds six tiles: two blocks per multiprocessor. Each K slice's tiles arrive together
+// (cp.async for the fp32 ones, one batch of register loads for the bf16 ones): one wait on
+// memory per slice, not one per tile.
+__global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* dmd = reinterpret_cast<float*>(smem4);
+  float* dab = dmd + kTile;
+  float* q = dab + kTile;
+  float* k = q + kTile;
+  float* dq = k + kTile;
+  float* dk = dq + kTile;
+  float* G = dk + kTile;
+  float* beta = G + kBT;
+  float* q_sdo = beta + kBT;  // per-row dot products over K
+  float* k_dkd = q_sdo + kBT;
+  float* k_dx = k_dkd + kBT;
+  const ChunkDeltaParams& p = b.p;
+  const int K = p.k_dim;
+  const int chunk = blockIdx.x, h = blockIdx.y;
+  const Chunk c = LocateChunk(p, chunk);
+  IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
+                  c.rows);
+  IssueMat<kLd>(dmd, b.s.dM + Mat(p, chunk, h));
+  IssueMat<kLd>(dab, b.s.dA + Mat(p, chunk, h));
+  __pipeline_commit();
+  if (threadIdx.x < kBT) q_sdo[threadIdx.x] = k_dkd[threadIdx.x] = k_dx[threadIdx.x] = 0.0f;
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT;
+    const float D = j <= i ? __expf(G[i] - G[j]) : 0.0f;
+    dmd[i * kLd + j] = tile::RoundTf32(dmd[i * kLd + j] * D);
+    dab[i * kLd + j] = tile::RoundTf32(dab[i * kLd + j] * beta[i] * D);
+  }
+  const float G_last = G[c.rows - 1];
+  // Four threads per row, 16 columns each, for the row dot products.
+  const int row = threadIdx.x / 4, col0 = threadIdx.x % 4 * 16;
+  Acc qk, kk;
+  qk.Zero(), kk.Zero();
+  const int64_t tok_stride = int64_t{p.heads} * K;
+  for (int k0 = 0; k0 < K; k0 += kBT) {
+    // SdO and dKd are accumulators (fp32, not operands): copied as they are, while q and k come
+    // through registers. Their earlier readers are behind the barrier ending the previous slice.
+    IssueTokF32<kLd>(dq, TokPtr(b.s.SdO, p, c, 0, h, K) + k0, tok_stride, c.rows);
+    IssueTokF32<kLd>(dk, TokPtr(b.s.dKd, p, c, 0, h, K) + k0, tok_stride, c.rows);
+    __pipeline_commit();
+    LoadTokPair(q, b.s.qn, k, b.s.kn, p, c, h, K, k0);
+    float dx[16] = {};
+    if (row < c.rows) {
+      const float4* src =
+          reinterpret_cast<const float4*>(TokPtr(b.s.dX, p, c, row, h, K) + k0 + col0);
+#pragma unroll
+      for (int t = 0; t < 4; ++t) {
+        const float4 v = src[t];
+        dx[4 * t] = v.x, dx[4 * t + 1] = v.y, dx[4 * t + 2] = v.z, dx[4 * t + 3] = v.w;
+      }
+    }
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    Mma<false, true>(qk, q, k);
+    Mma<false, true>(kk, k, k);
+    float dots[3] = {0.0f, 0.0f, 0.0f};
+    const float gamma = expf(G[row]), kd = expf(G_last - G[row]);
+#pragma unroll
+    for (int t = 0; t < 16; ++t) {
+      const int e = row * kLd + col0 + t;
+      dots[0] += q[e] * dq[e];
+      dots[1] += k[e] * dk[e];
+      dots[2] += k[e] * dx[t];
+      dq[e] *= p.scale * gamma;
+      dk[e] = kd * dk[e] + beta[row] * gamma * dx[t];
+    }
+#pragma unroll
+    for (int t = 0; t < 3; ++t) {
+      dots[t] += __shfl_xor_sync(0xffffffffu, dots[t], 1);
+      dots[t] += __shfl_xor_sync(0xffffffffu, dots[t], 2);
+    }
+    if (threadIdx.x % 4 == 0) q_sdo[row] += dots[0], k_dkd[row] += dots[1], k_dx[row] += dots[2];
+    __syncthreads();
+    {
+      // Each warp reads and writes only its own tiles of dq and dk (Acc64), so the products
+      // accumulate in registers between one load and one store.
+      Acc acc;
+      acc.Load(dq, kLd);
+      Mma<false, false>(acc, dmd, k);
+      acc.Store(dq, kLd);
+      acc.Load(dk, kLd);
+      Mma<true, false>(acc, dmd, q);
+      Mma<false, false>(acc, dab, k);
+      Mma<true, false>(acc, dab, k);
+      acc.Store(dk, kLd);
+    }
+    __syncthreads();
+    StoreTok(b.s.SdO, dq, p, c, h, K, k0);
+    StoreTok(b.s.dKd, dk, p, c, h, K, k0);
+    __syncthreads();
+  }
+  qk.Store(q, kLd);
+  kk.Store(k, kLd);
+  __syncthreads();
+  float* QK = q;
+  float* KK = k;
+  // P and Qm over QK and KK; the beta terms dA * D * KK over dmd (each element read, then written,
+  // by one thread).
+  const float* dA = b.s.dA + Mat(p, chunk, h);
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int i = e / kBT, j = e % kBT, x = i * kLd + j;
+    const bool lower = j < i;
+    const float kk_ij = KK[x];
+    QK[x] = lower ? dmd[x] * QK[x] : 0.0f;
+    KK[x] = lower ? dab[x] * kk_ij : 0.0f;
+    dmd[x] = lower ? dA[e] * __expf(G[i] - G[j]) * kk_ij : 0.0f;
+  }
+  __syncthreads();
+  // Four threads per row: the row and column sums, and for the last row the decay of every key.
+  {
+    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
+    float sums = 0.0f, db = 0.0f, keys = 0.0f;
+    if (i < c.rows) {
+      for (int j = part; j < kBT; j += 4) {
+        sums += QK[i * kLd + j] + KK[i * kLd + j] - QK[j * kLd + i] - KK[j * kLd + i];
+        db += dmd[i * kLd + j];
+      }
+      if (i == c.rows - 1) {
+        for (int m = part; m < c.rows; m += 4) keys += expf(G_last - G[m]) * k_dkd[m];
+      }
+    }
+    for (int off = 1; off < 4; off *= 2) {
+      sums += __shfl_xor_sync(0xffffffffu, sums, off);
+      db += __shfl_xor_sync(0xffffffffu, db, off);
+      keys += __shfl_xor_sync(0xffffffffu, keys, off);
+    }
+    if (i < c.rows && part == 0) {
+      const float gamma = expf(G[i]);
+      float dG = p.scale * gamma * q_sdo[i] - expf(G_last - G[i]) * k_dkd[i] +
+                 beta[i] * gamma * k_dx[i] + sums;
+      if (i == c.rows - 1) {
+        const float* dots = b.s.state_dots + (int64_t{chunk} * p.heads + h) * kMaxKSlices;
+        float state_dot = 0.0f;
+        for (int k = 0; k < p.k_dim / kBT; ++k) state_dot += dots[k];
+        dG += gamma * state_dot + keys;
+      }
+      const int64_t ri = (c.row + i) * p.heads + h;
+      b.s.dG[ri] = dG;
+      b.s.db[ri] = gamma * k_dx[i] + db;
+    }
+  }
+}
+
+inline size_t RowGradsSmem() { return (6 * kTile + 5 * kBT) * sizeof(float); }
+
+}  // namespace flame::kernels::delta_chunk::tiles
