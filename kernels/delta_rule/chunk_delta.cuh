@@ -2,8 +2,9 @@
 // chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
 // chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
-// (chunk_delta_output.cuh, chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh,
-// chunk_delta_row_grads.cuh). Included only by kernels/delta_rule/chunk_delta_rule.cu.
+// (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_row_terms.cuh,
+// chunk_delta_wy_backward.cuh, chunk_delta_row_grads.cuh). Included only by
+// kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,6 +14,7 @@
 #include "kernels/common/launch_checks.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
+#include "kernels/delta_rule/chunk_delta_prepare.cuh"
 #include "kernels/delta_rule/chunk_delta_row_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
@@ -95,7 +97,8 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
     return err;
   }
   if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess) return err;
-  if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(), b, stream)) !=
+  if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.v_dim), b,
+                      stream)) !=
       cudaSuccess) {
     return err;
   }

@@ -7,7 +7,7 @@
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
 // dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
 //   PrepareRowsKernel     (rows * H / 8)       qn, kn (l2norm), beta (sigmoid), g (in-kernel gate)
-//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U
+//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U (chunk_delta_prepare.cuh)
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
@@ -250,6 +250,15 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
   const int64_t r = unit / p.heads;
   const int bt = static_cast<int>(r / p.seq_len), t = static_cast<int>(r % p.seq_len);
   const int64_t in = In(p.qk_strides, bt, t, h), out = Tok(p, r, h, p.k_dim);
+  // The scalars' loads first, so that they are in flight with the rows' (issued after the row
+  // stores, they cannot move above them and cost a second wait on memory).
+  float beta = 0.0f, g = 0.0f, a_log = 0.0f;  // g: a, or a + dt_bias before the in-kernel gate
+  if (lane == 0) {
+    const int64_t si = In(p.scalar_strides, bt, t, h);
+    beta = p.beta[si];
+    if (b.gated) g = p.gate_in_kernel ? p.a[si] + p.dt_bias[h] : p.a[si];
+    if (b.gated && p.gate_in_kernel) a_log = p.A_log[h];
+  }
   constexpr int kSlices = kMaxK / 64;
   float2 q[kSlices], k[kSlices];
   float ss_q = 0.0f, ss_k = 0.0f;
@@ -285,69 +294,10 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
     }
   }
   if (lane == 0) {
-    const int64_t si = In(p.scalar_strides, bt, t, h);
-    b.s.bt[unit] = p.beta_sigmoid ? Sigmoid(p.beta[si]) : p.beta[si];
-    float g = 0.0f;
-    if (b.gated) {
-      g = p.gate_in_kernel ? -expf(p.A_log[h]) * Softplus(p.a[si] + p.dt_bias[h]) : p.a[si];
-    }
-    b.s.g[unit] = g;
+    b.s.bt[unit] = p.beta_sigmoid ? Sigmoid(beta) : beta;
+    b.s.g[unit] = b.gated && p.gate_in_kernel ? -expf(a_log) * Softplus(g) : g;
   }
 }
-
-// Per chunk: QK = Q K^T and KK = K K^T over K (in registers); M = tril(QK * D) (stored);
-// A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored); U = T diag(beta) V. Three tiles
-// of shared memory.
-__global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
-  extern __shared__ float4 smem4[];
-  float* x = reinterpret_cast<float*>(smem4);
-  float* y = x + kTile;
-  float* T = y + kTile;
-  float* G = T + kTile;
-  float* beta = G + kBT;
-  const ChunkDeltaParams& p = b.p;
-  const int chunk = blockIdx.x, h = blockIdx.y;
-  const Chunk c = LocateChunk(p, chunk);
-  LoadRowScalars(G, beta, b, c, h);
-  {
-    Acc qk, kk;
-    qk.Zero(), kk.Zero();
-    for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-      LoadTokPair(x, b.s.qn, y, b.s.kn, p, c, h, p.k_dim, k0);
-      __syncthreads();
-      Mma<false, true>(qk, x, y);
-      Mma<false, true>(kk, y, y);
-      __syncthreads();
-    }
-    qk.Store(x, kLd);
-    kk.Store(y, kLd);
-    __syncthreads();
-  }
-  float* M = b.s.M + Mat(p, chunk, h);
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int i = e / kBT, j = e % kBT;
-    const float D = i < c.rows && j <= i ? __expf(G[i] - G[j]) : 0.0f;
-    M[e] = tile::RoundTf32(x[i * kLd + j] * D);  // an operand as it is in StateBackward
-    y[i * kLd + j] = j < i ? beta[i] * y[i * kLd + j] * D : 0.0f;  // A
-  }
-  __syncthreads();
-  InvertUnitLower(T, y);
-  StoreMat(b.s.T + Mat(p, chunk, h), T);
-  // U, one 64-wide slice at a time, through x to the scratch rows. (W = T diag(beta gamma) K is
-  // not stored: the state passes form its products from T and the keys.)
-  for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
-    LoadIn(y, p.v, p.v_strides, c, h, v0, [&](int r) { return beta[r]; });
-    __syncthreads();
-    Acc u;
-    u.Zero();
-    Mma<false, false>(u, T, y);
-    u.Store(x, kLd);  // x's readers (the last StoreTok) are behind the barrier above
-    __syncthreads();
-    StoreTok(b.s.U, x, p, c, h, p.v_dim, v0);
-  }
-}
-
-inline size_t ChunkPrepareSmem() { return (3 * kTile + 2 * kBT) * sizeof(float); }
 
 // ----------------------------------------------------------------------------------------------
 // Backward
