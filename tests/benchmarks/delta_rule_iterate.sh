@@ -8,7 +8,8 @@
 #   SANITIZE=1  compute-sanitizer memcheck (all gated cases) and racecheck (two delta cases)
 #   DETAIL=1    ncu SpeedOfLight / Occupancy / WarpStateStats / memory sections of DETAIL_KERNELS
 #               (a kernel-name regex) in a run of DETAIL_OP at DETAIL_SHAPE (defaults: the delta-rule
-#               tile kernels, chunk_gated_delta_rule, shape 0)
+#               tile kernels, chunk_gated_delta_rule, shape 0); DETAIL_COUNT launches are taken in
+#               launch order, so name backward kernels alone to reach them
 #   STALLS=1    ncu stall reasons and instruction counts of STALL_KERNELS in a run of STALL_OP
 #               (default chunk_gated_delta_rule, shape 0), with the static SASS instruction mix of
 #               STALL_KERNELS_SASS in SASS_OBJ (default the delta-rule object; cuobjdump)
