@@ -25,23 +25,19 @@
 
 #include <cstdint>
 
+#include "kernels/delta_rule/chunk_delta_copies.cuh"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"
 
 namespace flame::kernels::delta_chunk::tiles {
 
-using tile::bf16;
-using tile::kLdBf16;
 using tile::WarpAcc16;
 
 constexpr int kBV = 32;  // V columns per block
-// Leading dimensions by how the tensor cores read an fp32 tile (bank-conflict-free fragment
-// loads): kLdS for the B operands of the bf16 x TF32 products (read in row pairs, = 4 mod 16),
-// kLdV for those of the TF32 products (= 8 mod 32), kLdT for 64 x 64 matrices read transposed;
-// kLd (68) for those read as stored.
+// Leading dimensions of the 32-wide fp32 tiles by how the tensor cores read them (bank-conflict-
+// free fragment loads): kLdS for the B operands of the bf16 x TF32 products (read in row pairs,
+// = 4 mod 16), kLdV for those of the TF32 products (= 8 mod 32). (64-wide tiles: kLd, kLdT.)
 constexpr int kLdS = kBV + 4;
 constexpr int kLdV = kBV + 8;
-constexpr int kLdT = kBT + 8;
-constexpr int kBf16Tile = kBT * kLdBf16;  // elements of a 64 x 64 bf16 tile
 
 // Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol(). The
 // lane's rows of it are LaneRow() and LaneRow() + 8.
@@ -58,7 +54,7 @@ __device__ __forceinline__ void ScaleRows(WarpAcc16& acc, float top, float botto
 // The lane's elements of the warp tile of a [R,H,V] scratch tensor at the chunk's row 0 and the
 // block's column v0 <-> registers; rows past the chunk's end load as zero and are not stored.
 // StoreRows writes TF32 values: the new values and their gradients are read only as operands
-// (the output kernel copies them into operand tiles as they are).
+// (the kernels that read them copy them into operand tiles as they are).
 __device__ inline void LoadRows(WarpAcc16& acc, const float* src, int64_t ld, int rows) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -113,8 +109,8 @@ struct StateTiles {
     __syncwarp();
   }
   // To the scratch copy of a K x V state (dst at column v0 of row 0; 8-byte aligned rows), as
-  // TF32 values: the per-chunk states are read only as operands (the output kernel copies them
-  // into operand tiles as they are).
+  // TF32 values: the per-chunk states are read only as operands (the kernels that read them
+  // copy them into operand tiles as they are).
   __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
@@ -151,68 +147,7 @@ struct StateTiles {
 };
 
 // ----------------------------------------------------------------------------------------------
-// Asynchronous copies of a chunk's tiles; rows past the chunk's end are zero-filled (read from
-// the chunk's first row, which exists). A sequence's chunks are consecutive token rows and
-// consecutive chunk matrices, so a pass computes each source once for the sequence's first chunk
-// and moves it by a fixed stride per chunk; a thread's offsets within a chunk are fixed.
-
-// One thread's pieces of a chunk's 64 x K bf16 operand (qn or kn) as nk 64 x 64 tiles (leading
-// dimension kLdBf16): rows r0 and r0 + 32, 16 bytes at column c8 of every tile.
-struct TokTilePieces {
-  int row[2];
-  int64_t src[2];  // from the chunk's row 0 in a [R,H,K] tensor
-  int dst;         // in a tile
-
-  __device__ explicit TokTilePieces(int64_t row_stride) {
-    const int r0 = threadIdx.x / 8, c8 = threadIdx.x % 8 * 8;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      row[i] = r0 + 32 * i;
-      src[i] = row[i] * row_stride + c8;
-    }
-    dst = r0 * kLdBf16 + c8;
-  }
-  // chunk: the chunk's row 0 (head h, column 0).
-  __device__ void Issue(bf16* tiles, const bf16* chunk, int rows, int nk) const {
-#pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          const bool valid = row[i] < rows;
-          __pipeline_memcpy_async(tiles + j * kBf16Tile + dst + i * 32 * kLdBf16,
-                                  chunk + (valid ? src[i] : 0) + j * kBT, 16, valid ? 0 : 16);
-        }
-      }
-    }
-  }
-};
-
-// A 64 x 64 fp32 matrix (rows src_ld apart: a chunk matrix, or a slice of a state) into a tile
-// of leading dimension kLdTile.
-template <int kLdTile>
-__device__ inline void IssueMat(float* dst, const float* src, int64_t src_ld = kBT) {
-  const int r = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
-#pragma unroll
-  for (int i = 0; i < kBT * 16 / kThreads; ++i) {
-    __pipeline_memcpy_async(dst + (r + 16 * i) * kLdTile + c4, src + (r + 16 * i) * src_ld + c4,
-                            16);
-  }
-}
-
-// 64 fp32 columns of the chunk's rows of a [R,H,dim] scratch tensor (chunk: its row 0 at the
-// first column; rows row_stride apart) into a tile of leading dimension kLdTile.
-template <int kLdTile>
-__device__ inline void IssueTokF32(float* dst, const float* chunk, int64_t row_stride, int rows) {
-  const int r = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
-#pragma unroll
-  for (int i = 0; i < kBT * 16 / kThreads; ++i) {
-    const int row = r + 16 * i;
-    const bool valid = row < rows;
-    __pipeline_memcpy_async(dst + row * kLdTile + c4, chunk + (valid ? row * row_stride : 0) + c4,
-                            16, valid ? 0 : 16);
-  }
-}
+// A pass's copies: its sequence's chunk sources, and the tile sets they fill.
 
 // 32 columns of the chunk's rows of a bf16 [B,T,H,D] tensor (chunk: its row 0 at the block's
 // column), stored densely (32 bf16 per row): a 16-byte piece per thread.
@@ -222,19 +157,6 @@ __device__ inline void IssueInV(bf16* dst, const bf16* chunk, int64_t token_stri
   const bool valid = r < rows;
   __pipeline_memcpy_async(dst + r * kBV + c8, chunk + (valid ? r * token_stride + c8 : 0), 16,
                           valid ? 0 : 16);
-}
-
-// G and beta of the chunk's rows (G, beta: the chunk's row 0 of the [R,H] scratch at head h);
-// rows past the end repeat the last G and have beta 0. Null beta_dst: G only.
-__device__ inline void IssueRowScalars(float* G_dst, float* beta_dst, const float* G,
-                                       const float* beta, int heads, int rows) {
-  const int r = threadIdx.x % kBT;
-  if (threadIdx.x < kBT) {
-    __pipeline_memcpy_async(G_dst + r, G + (r < rows ? r : rows - 1) * heads, 4);
-  } else if (threadIdx.x < 2 * kBT && beta_dst != nullptr) {
-    const bool valid = r < rows;
-    __pipeline_memcpy_async(beta_dst + r, beta + (valid ? r * heads : 0), 4, valid ? 0 : 4);
-  }
 }
 
 // A pass's sequence: its chunks' sources at head h, as chunk 0's plus ci strides.

@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "kernels/delta_rule/chunk_delta_state_pass.cuh"
+#include "kernels/delta_rule/chunk_delta_copies.cuh"
 
 namespace flame::kernels::delta_chunk::tiles {
 
