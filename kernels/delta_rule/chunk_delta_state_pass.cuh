@@ -274,7 +274,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     load_u(0, u_next);
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS, false>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
+  LoadState<kBV, kLdS>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
                               K, V, v0);
   __syncthreads();
   StateTiles S;
@@ -382,7 +382,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     if (!kSplit) issue_queries(last, set(0));
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS, false>(ds_copy,
+  LoadState<kBV, kLdS>(ds_copy,
                               p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V,
                               v0);
   __syncthreads();

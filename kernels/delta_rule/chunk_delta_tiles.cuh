@@ -77,32 +77,24 @@ __device__ inline float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-__device__ inline float4 LoadFloat4(const float* src) {
-  return *reinterpret_cast<const float4*>(src);
-}
-__device__ inline float4 LoadFloat4(const __nv_bfloat16* src) { return LoadBf16x4(src); }
-
-// Tiles that the loaders below stage are operands of the TF32 products, rounded to TF32 on the
-// way in (tile::RoundTf32), unless a loader says otherwise.
-
-// dst(r, :) = scale(r) * rows of a [R,H,dim] scratch tensor (fp32, or bf16 for qn and kn),
-// columns [col0, col0 + 64); rounded to TF32 with kOperand. A thread moves the same 4-column piece
-// of every 16th row, so its addresses advance by a fixed stride.
-template <bool kOperand = true, typename Src, typename RowScale>
-__device__ inline void LoadTok(float* dst, const Src* src, const ChunkDeltaParams& p,
+// dst(r, :) = scale(r) * rows of a bf16 [R,H,dim] scratch tensor (qn or kn), columns
+// [col0, col0 + 64), rounded to TF32: an operand tile. A thread moves the same 4-column piece of
+// every 16th row, so its addresses advance by a fixed stride.
+template <typename RowScale>
+__device__ inline void LoadTok(float* dst, const __nv_bfloat16* src, const ChunkDeltaParams& p,
                                const Chunk& c, int h, int dim, int col0, RowScale scale) {
   const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
   const int64_t row_stride = int64_t{p.heads} * dim;
-  const Src* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
+  const __nv_bfloat16* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
 #pragma unroll
   for (int r = r0; r < kBT; r += kThreads / 16) {
     float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     if (r < c.rows) {
-      v = LoadFloat4(from + r * row_stride);
+      v = LoadBf16x4(from + r * row_stride);
       const float f = scale(r);
       v.x *= f, v.y *= f, v.z *= f, v.w *= f;
     }
-    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = kOperand ? tile::RoundTf32(v) : v;
+    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = tile::RoundTf32(v);
   }
 }
 
@@ -149,7 +141,8 @@ __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaPa
   }
 }
 
-// dst(r, :) = scale(r) * rows of a [B,T,H,D] bf16 tensor (v or d_o), columns [col0, col0 + 64).
+// dst(r, :) = scale(r) * rows of a [B,T,H,D] bf16 tensor (v), columns [col0, col0 + 64), rounded
+// to TF32: an operand tile.
 template <typename RowScale>
 __device__ inline void LoadIn(float* dst, const __nv_bfloat16* src, const TensorStrides& st,
                               const Chunk& c, int h, int col0, RowScale scale) {
@@ -182,15 +175,15 @@ __device__ inline void StoreMat(float* dst, const float* src) {
 }
 
 // Rows [0, rows) x columns [v0, v0 + kWidth) of a K x V state in global memory <-> shared memory
-// with leading dimension kLdS; the load rounds to TF32 with kOperand (not for a state that is
-// carried on in fp32).
-template <int kWidth, int kLdS, bool kOperand>
+// with leading dimension kLdS, as they are (the state passes carry the state in fp32); a null src
+// loads zeros.
+template <int kWidth, int kLdS>
 __device__ inline void LoadState(float* dst, const float* src, int rows, int v_dim, int v0) {
   for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
     const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
     const float4 v = src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    *reinterpret_cast<float4*>(dst + r * kLdS + c4 * 4) = kOperand ? tile::RoundTf32(v) : v;
+    *reinterpret_cast<float4*>(dst + r * kLdS + c4 * 4) = v;
   }
 }
 
@@ -200,16 +193,6 @@ __device__ inline void StoreState(float* dst, const float* src, int rows, int v_
     const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
     *reinterpret_cast<float4*>(dst + int64_t{r} * v_dim + v0 + c4 * 4) =
         *reinterpret_cast<const float4*>(src + r * kLdS + c4 * 4);
-  }
-}
-
-// G and beta of the chunk's rows; rows past the end repeat the last G and have beta 0.
-__device__ inline void LoadRowScalars(float* G, float* beta, const StepBase& b, const Chunk& c,
-                                      int h) {
-  for (int r = threadIdx.x; r < kBT; r += kThreads) {
-    const int64_t x = (c.row + (r < c.rows ? r : c.rows - 1)) * b.p.heads + h;
-    G[r] = b.s.G[x];
-    if (beta != nullptr) beta[r] = r < c.rows ? b.s.bt[x] : 0.0f;
   }
 }
 
