@@ -34,7 +34,6 @@ __device__ __forceinline__ float4 RoundTf32(float4 v) {
   return make_float4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
 }
 
-
 // One warp's 16 x 16 fp32 accumulator as two m16n8 halves (the mma.sync accumulator layout, the
 // same for TF32 and bf16 inputs): lane (g, t) = (lane / 4, lane % 4) holds, for half h,
 // x[4h..4h+1] = C(g, 8h + 2t .. +1) and x[4h+2..4h+3] = C(g + 8, same columns).
@@ -242,10 +241,8 @@ __device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a,
                                              const float* b, int ldb) {
   const int col = Acc64::Col();
   const Tf32BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
-  const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda
-                                               : a + Acc64::Row(0), lda);
-  const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda
-                                               : a + Acc64::Row(1), lda);
+  const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
+  const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
 #pragma unroll 4
   for (int l = 0; l < kd; l += 8) {
     uint32_t fb[4], fa0[4], fa1[4];
@@ -396,10 +393,10 @@ template <bool kARowMajor>
 __device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16* a, int lda,
                                                  const float* b, int ldb) {
   const Tf32PairedBOperand bo(b + Acc64::Col(), ldb);
-  const Bf16AsTf32AOperand<kARowMajor> a0(
-      kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
-  const Bf16AsTf32AOperand<kARowMajor> a1(
-      kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
+  const Bf16AsTf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0),
+                                          lda);
+  const Bf16AsTf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1),
+                                          lda);
 #pragma unroll 2
   for (int l0 = 0; l0 < kd; l0 += 16) {
     uint32_t fa0[2][4], fa1[2][4];

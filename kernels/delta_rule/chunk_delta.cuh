@@ -17,8 +17,8 @@
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
 #include "kernels/delta_rule/chunk_delta_row_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms.cuh"
-#include "kernels/delta_rule/chunk_delta_steps.h"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
+#include "kernels/delta_rule/chunk_delta_steps.h"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"
 #include "kernels/delta_rule/chunk_delta_wy_backward.cuh"
 
@@ -98,8 +98,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
   }
   if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess) return err;
   if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.v_dim), b,
-                      stream)) !=
-      cudaSuccess) {
+                      stream)) != cudaSuccess) {
     return err;
   }
   if ((err = RunTiles(tiles::StateForwardKernel, seqs, tiles::StateForwardSmem(p.k_dim), b,
@@ -140,13 +139,11 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (err != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
-  if ((err = RunTiles(tiles::StateBackwardFor(split), seqs, pass_smem, b, stream)) !=
-      cudaSuccess) {
+  if ((err = RunTiles(tiles::StateBackwardFor(split), seqs, pass_smem, b, stream)) != cudaSuccess) {
     return err;
   }
   if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
-                      tiles::RowTermsSmem(), b, stream)) !=
-      cudaSuccess) {
+                      tiles::RowTermsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
   if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=

@@ -65,8 +65,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     __syncthreads();
     for (int idx = threadIdx.x; idx < kBT * kBT / 2; idx += kThreads) {
       const int r = idx / (kBT / 2), c2 = idx % (kBT / 2) * 2;
-      *reinterpret_cast<float2*>(d_o + r * kLd + c2) = __bfloat1622float2(
-          *reinterpret_cast<const __nv_bfloat162*>(d_o_in + r * kLdBf16 + c2));
+      *reinterpret_cast<float2*>(d_o + r * kLd + c2) =
+          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d_o_in + r * kLdBf16 + c2));
     }
     Mma<false, true>(dw, dut, s);
     Mma<false, true>(dkd, ut, ds);

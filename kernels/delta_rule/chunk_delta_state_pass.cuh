@@ -188,12 +188,12 @@ struct SeqSources {
 // the queries, M, T and dO. Carved in this order from a byte offset (every part a multiple of 16
 // bytes).
 struct ChunkTiles {
-  bf16* k;     // nk tiles
-  bf16* q;     // nk tiles (backward)
-  float* M;    // 64 x kLdT (backward)
-  float* T;    // 64 x kLd (forward), 64 x kLdT (backward)
-  bf16* d_o;   // 64 x 32 (backward)
-  float* G;    // 64
+  bf16* k;      // nk tiles
+  bf16* q;      // nk tiles (backward)
+  float* M;     // 64 x kLdT (backward)
+  float* T;     // 64 x kLd (forward), 64 x kLdT (backward)
+  bf16* d_o;    // 64 x 32 (backward)
+  float* G;     // 64
   float* beta;  // 64
 
   static constexpr int kScalarBytes = 2 * kBT * sizeof(float);
@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
   float* s_copy = reinterpret_cast<float*>(smem4);  // S (TF32), K x kLdS
-  float* x_tile = s_copy + K * kLdS;                 // X (TF32), 64 x kLdV
-  float* ut_tile = x_tile + kBT * kLdV;              // decayed new values (TF32), 64 x kLdS
+  float* x_tile = s_copy + K * kLdS;                // X (TF32), 64 x kLdV
+  float* ut_tile = x_tile + kBT * kLdV;             // decayed new values (TF32), 64 x kLdS
   char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdS);
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
@@ -274,8 +274,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     load_u(0, u_next);
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
-                              K, V, v0);
+  LoadState<kBV, kLdS>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V,
+                       v0);
   __syncthreads();
   StateTiles S;
   S.Load(s_copy, nk);
@@ -345,8 +345,8 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
   float* ds_copy = reinterpret_cast<float*>(smem4);  // dS (TF32), K x kLdS
   float* d_o = ds_copy + K * kLdS;  // scale dO (TF32), 64 x kLdV; then Z, 64 x kLdS
   float* z = d_o;
-  float* d_og = d_o + kBT * kLdV;   // scale diag(gamma) dO (TF32), 64 x kLdS
-  float* dut = d_og + kBT * kLdS;   // -dUt (TF32), 64 x kLdV
+  float* d_og = d_o + kBT * kLdV;  // scale diag(gamma) dO (TF32), 64 x kLdS
+  float* dut = d_og + kBT * kLdS;  // -dUt (TF32), 64 x kLdV
   char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdV);
   const int key_bytes = ChunkTiles::KeyBytes(nk), rest_bytes = ChunkTiles::BackwardRestBytes(nk);
   char* rest_at = keys_at + 2 * key_bytes;
@@ -382,9 +382,8 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     if (!kSplit) issue_queries(last, set(0));
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS>(ds_copy,
-                              p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V,
-                              v0);
+  LoadState<kBV, kLdS>(ds_copy, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V,
+                       v0);
   __syncthreads();
   StateTiles dS;
   dS.Load(ds_copy, nk);
@@ -431,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     tile::MmaTf32Warp16<false, true>(y, kBT, t.T + WarpRow(), kLdT, dut + WarpCol(), kLdV);
     ScaleRows(y, BetaGamma(t, ra), BetaGamma(t, rb));
     y.Store<true>(z + WarpRow() * kLdS + WarpCol(), kLdS);  // d_o's reads are behind the barrier
-    if (kSplit) __pipeline_wait_prior(0);  // the queries
+    if (kSplit) __pipeline_wait_prior(0);                   // the queries
     __syncthreads();
     if (kSplit) {
       if (ci > 0) issue_rest(ci - 1, t);

@@ -51,29 +51,29 @@ struct Scratch {
   // forward
   __nv_bfloat16* qn;  // [R,H,K]  q as the recurrence sees it (normalised or copied)
   __nv_bfloat16* kn;  // [R,H,K]
-  float* bt;  // [R,H]    beta
-  float* g;   // [R,H]    log decay (0 for the ungated rule)
-  float* G;   // [R,H]    chunk-local inclusive cumsum of g
-  float* T;   // chunk matrix: (I + A)^-1
-  float* M;   // chunk matrix: tril(Q K^T * D)
-  float* U;   // [R,H,V]
-  float* Ut;  // [R,H,V]  the new values U - W S
-  float* S;   // state entering each chunk
+  float* bt;          // [R,H]    beta
+  float* g;           // [R,H]    log decay (0 for the ungated rule)
+  float* G;           // [R,H]    chunk-local inclusive cumsum of g
+  float* T;           // chunk matrix: (I + A)^-1
+  float* M;           // chunk matrix: tril(Q K^T * D)
+  float* U;           // [R,H,V]
+  float* Ut;          // [R,H,V]  the new values U - W S
+  float* S;           // state entering each chunk
   // backward
-  float* dS;         // gradient of the state leaving each chunk
-  float* dUt;        // [R,H,V]
-  float* dW;         // [R,H,K]
-  float* dKd;        // [R,H,K]  gradient of the decayed keys, then the normalised k's gradient
-  float* SdO;        // [R,H,K]  S dO, then (RowGrads) the gradient of the normalised q
-  float* dM;         // chunk matrix
-  float* dA;         // chunk matrix: -T^T dT T^T, strictly lower
-  float* dX;         // [R,H,K]  gradient of diag(beta gamma) K
-  float* dY;         // [R,H,V]  gradient of diag(beta) V
-  float* dG;         // [R,H]
-  float* db;         // [R,H]    the beta gradient's terms from the chunk products (not v . dY)
+  float* dS;          // gradient of the state leaving each chunk
+  float* dUt;         // [R,H,V]
+  float* dW;          // [R,H,K]
+  float* dKd;         // [R,H,K]  gradient of the decayed keys, then the normalised k's gradient
+  float* SdO;         // [R,H,K]  S dO, then (RowGrads) the gradient of the normalised q
+  float* dM;          // chunk matrix
+  float* dA;          // chunk matrix: -T^T dT T^T, strictly lower
+  float* dX;          // [R,H,K]  gradient of diag(beta gamma) K
+  float* dY;          // [R,H,V]  gradient of diag(beta) V
+  float* dG;          // [R,H]
+  float* db;          // [R,H]    the beta gradient's terms from the chunk products (not v . dY)
   float* state_dots;  // [chunks,H,kMaxKSlices]: <S, dS'> of each chunk (the decay of the carried
                       // state), in parts per 64-wide K slice
-  float* gate_sums;  // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
+  float* gate_sums;   // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
 };
 
 // ---------------------------------------------------------------------------------------------

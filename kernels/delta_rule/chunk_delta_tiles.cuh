@@ -39,7 +39,7 @@ constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank c
 // fragment, conflict-free at a leading dimension of 8 mod 32 (kLd suits those read as stored:
 // ldmatrix, and the row pairs of the bf16 x TF32 products).
 constexpr int kLdT = kBT + 8;
-constexpr int kTile = kBT * kLd;   // floats in one 64 x 64 tile
+constexpr int kTile = kBT * kLd;  // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
 
 // acc += A B for 64 x 64 tiles, C in registers (tile::Acc64); kAT / kBTr: the operand is the
