@@ -1,20 +1,24 @@
 // dq, dk and dg of chunk_simple_gla (the per-head gate; chunk_gla's are in
 // chunk_gated_channel.cuh). Device code; included through chunk_gated.cuh.
 //
-// HeadGradQKKernel: one block per (chunk, head, 64-wide K slice), every operand staged with
-// asynchronous copies in two groups (d_o, v, q, k first: the scores' gradient needs only those;
-// then the state tiles), products accumulated in registers:
+// HeadGradQKKernel: one block per (chunk, head, 64-wide K slice), products accumulated in
+// registers:
 //   dP    = scale tril(dO V^T) 2^(G_i - G_j)                  (recomputed per K slice)
 //   dq    = diag(scale 2^G) (dO h_c^T) + dP K
 //   dk    = diag(2^(G_last - G)) (V dh_c^T) + dP^T Q            (the first term is dk_inter)
+// The three sums over V (dO V^T, dO h_c^T, V dh_c^T) accumulate together while the V slices
+// stream through two stages of shared memory (asynchronous copies of the next slice's d_o, v,
+// h_c and dh_c tiles while this slice's are multiplied); then dP K and dP^T Q.
 // dg needs sums over every key channel of a row, which the K slices hold between them, so each
 // block leaves its slice's sums in `parts` and HeadGateGradKernel (one block per chunk and head)
 // adds them up:
 //   dg_i = 2^G_last <dh_c, h_c> + sum_{r<i} kdk_r + sum_{r>=i} (q_r.dq_r - k_r.dk_r + kdk_r),
 //   kdk_r = k_r . dk_inter_r
 // (the per-chunk form of the reverse cumsum; see chunk_gated_channel.cuh.)
-// Why not the earlier layout (one block per chunk, synchronous loads before every product, C in
-// shared memory): 514 us per call at (4,2048,16,128), waiting on memory with two blocks per SM.
+// Why: with every V slice resident, V = 256 took 19 tiles (one block per SM) and 1687 us per
+// call at (8,4096,8,256). An earlier layout (one block per chunk, synchronous loads before every
+// product, C in shared memory) took 514 us per call at (4,2048,16,128), waiting on memory with
+// two blocks per SM.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -41,11 +45,12 @@ inline size_t GradPartsBytes(const ChunkGatedParams& p, int chunks) {
 }
 
 // Dynamic shared memory: a 1 KB header (G, the two row sums, the state sum), then bf16 tiles:
-// d_o and v (V/64 each), q, k, h_c and dh_c (V/64 each), dP.
-// K = V = 128: 11 tiles, 102 KB (2 blocks per SM); V = 256: 19 tiles (1 block per SM).
+// q, k (this K slice), dP, and the stages (d_o, v, h_c and dh_c of one V slice each; two
+// stages, one where V = 64). V >= 128: 11 tiles, 102 KB (2 blocks per SM).
 constexpr int kGradHeaderBytes = 1024;
+constexpr int kGradStageTiles = 4;
 inline size_t HeadGradQKSmemBytes(int v_dim) {
-  const size_t tiles = 4 * (v_dim / kBK) + 3;
+  const size_t tiles = 3 + kGradStageTiles * (v_dim / kBK > 1 ? 2 : 1);
   return kGradHeaderBytes + tiles * kTileElems * sizeof(bf16);
 }
 
@@ -82,83 +87,92 @@ __device__ inline void AddBlockSum(float x, float* total) {
 
 // kGateGrad: also the dg sums (g given and dg requested; not with g_gamma).
 template <bool kGateGrad>
-__global__ void __launch_bounds__(kThreads) HeadGradQKKernel(ChunkGatedParams p,
-                                                             const bf16* states,
-                                                             const bf16* d_states, float* parts) {
+__global__ void __launch_bounds__(kThreads, 2) HeadGradQKKernel(ChunkGatedParams p,
+                                                                const bf16* states,
+                                                                const bf16* d_states,
+                                                                float* parts) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
   float* kdk_row = G + kBT;
   float* term_row = kdk_row + kBT;
   float* state_sum = term_row + kBT;
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kGradHeaderBytes);
-  const int vs = p.v_dim / kBK;
-  bf16* xo = tiles;                   // d_o, V slice j at j * kTileElems
-  bf16* xv = xo + vs * kTileElems;    // v
-  bf16* xq = xv + vs * kTileElems;    // q, this K slice
-  bf16* xk = xq + kTileElems;         // k
-  bf16* hs = xk + kTileElems;         // h_c rows of this K slice, V slice j
-  bf16* dhs = hs + vs * kTileElems;   // dh_c
-  bf16* dP = dhs + vs * kTileElems;
+  const int vs = p.v_dim / kBK, stages = vs > 1 ? 2 : 1;
+  bf16* xq = tiles;            // q, this K slice
+  bf16* xk = xq + kTileElems;  // k
+  bf16* dP = xk + kTileElems;
+  // Stage of V slice j: d_o, v, the h_c and dh_c tiles (rows of this K slice, columns of slice j).
+  const auto xo = [&](int j) { return dP + (1 + j % stages * kGradStageTiles) * kTileElems; };
+  const auto xv = [&](int j) { return xo(j) + kTileElems; };
+  const auto hs = [&](int j) { return xo(j) + 2 * kTileElems; };
+  const auto dhs = [&](int j) { return xo(j) + 3 * kTileElems; };
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y, k0 = blockIdx.z * kBK;
+  const auto issue = [&](int j) {
+    AsyncRows(xo(j), p.d_o, p.v_strides, c, h, j * kBK);
+    AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
+    AsyncStateTile(hs(j), states, p, c.global, h, k0, j * kBK);
+    AsyncStateTile(dhs(j), d_states, p, c.global, h, k0, j * kBK);
+  };
 
-  for (int j = 0; j < vs; ++j) {
-    AsyncRows(xo + j * kTileElems, p.d_o, p.v_strides, c, h, j * kBK);
-    AsyncRows(xv + j * kTileElems, p.v, p.v_strides, c, h, j * kBK);
-  }
+  // Slices 0 and 1 are copied from the start; slice j + 1 (j >= 1) once slice j is in, into the
+  // stage slice j - 1 left.
   AsyncRows(xq, p.q, p.qk_strides, c, h, k0);
   AsyncRows(xk, p.k, p.qk_strides, c, h, k0);
+  issue(0);
   __pipeline_commit();
-  for (int j = 0; j < vs; ++j) {
-    AsyncStateTile(hs + j * kTileElems, states, p, c.global, h, k0, j * kBK);
-    AsyncStateTile(dhs + j * kTileElems, d_states, p, c.global, h, k0, j * kBK);
-  }
+  if (vs > 1) issue(1);
   __pipeline_commit();
   if (threadIdx.x < kBT) kdk_row[threadIdx.x] = term_row[threadIdx.x] = 0.0f;
   if (threadIdx.x == 0) *state_sum = 0.0f;
   LoadHeadGate(G, p, c, h);  // synchronises
-  __pipeline_wait_prior(1);
-  __syncthreads();
 
-  // dP = scale tril(dO V^T) 2^(G_i - G_j): B(vv, j) = v[j][vv], the column-major view of v.
-  const float scale = p.scale;
-  tile::Acc64 dq;
+  // Over the V slices: dO V^T (B(vv, j) = v[j][vv], the column-major view of v), dO h_c^T and
+  // V dh_c^T (B(vv, kk) = h_c[kk][vv]), and <h_c, dh_c> for dg.
+  tile::Acc64 dq, dk, score;
   dq.Zero();
+  dk.Zero();
+  score.Zero();
+  auto at = [](const bf16* t, int r, int col) { return ToFloat(t[r * kLdBf16 + col]); };
+  float state_dot = 0.0f;
   for (int j = 0; j < vs; ++j) {
-    tile::MmaBf16Acc64<true, false>(dq, kBK, xo + j * kTileElems, kLdBf16, xv + j * kTileElems,
-                                    kLdBf16);
+    if (j == 0) {
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();  // slice j is in; every warp is done with slice j - 1's stage
+    if (j >= 1) {
+      if (j + 1 < vs) issue(j + 1);
+      __pipeline_commit();
+    }
+    tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(j), kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(j), kLdBf16);
+    if constexpr (kGateGrad) {
+      for (int idx = threadIdx.x; idx < kBK * kBK; idx += kThreads) {
+        const int r = idx / kBK, col = idx % kBK;
+        state_dot += at(hs(j), r, col) * at(dhs(j), r, col);
+      }
+    }
   }
-  dq.Transform([&](int r, int col, float x) {
+
+  const float scale = p.scale;
+  score.Transform([&](int r, int col, float x) {
     return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f;
   });
-  dq.StoreBf16(dP, kLdBf16);
-  __pipeline_wait_prior(0);
-  __syncthreads();  // dP and the state tiles are in
-
-  // dq = diag(scale 2^G) dO h_c^T + dP K, with B(vv, kk) = h_c[kk][vv].
-  dq.Zero();
-  for (int j = 0; j < vs; ++j) {
-    tile::MmaBf16Acc64<true, false>(dq, kBK, xo + j * kTileElems, kLdBf16, hs + j * kTileElems,
-                                    kLdBf16);
-  }
+  score.StoreBf16(dP, kLdBf16);
   dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
-  tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);
-
-  // dk = diag(2^(G_last - G)) V dh_c^T + dP^T Q, with A(j, i) = dP[i][j].
-  tile::Acc64 dk;
-  dk.Zero();
-  for (int j = 0; j < vs; ++j) {
-    tile::MmaBf16Acc64<true, false>(dk, kBK, xv + j * kTileElems, kLdBf16, dhs + j * kTileElems,
-                                    kLdBf16);
-  }
   const float g_last = G[kBT - 1];
   dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
-  auto at = [](const bf16* t, int r, int col) { return ToFloat(t[r * kLdBf16 + col]); };
   if constexpr (kGateGrad) {
     AddRowSums(kdk_row, [&](int r, int col, int i, int e) {
       return at(xk, r, col) * dk.part[i].x[e];
     });
   }
+  __syncthreads();  // dP is stored
+  tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);  // dq += dP K
+  // dk += dP^T Q, with A(j, i) = dP[i][j].
   tile::MmaBf16Acc64<false, true>(dk, kBT, dP, kLdBf16, xq, kLdBf16);
 
   if constexpr (kGateGrad) {
@@ -168,16 +182,11 @@ __global__ void __launch_bounds__(kThreads) HeadGradQKKernel(ChunkGatedParams p,
     AddRowSums(term_row, [&](int r, int col, int i, int e) {
       return at(xq, r, col) * dq.part[i].x[e] - at(xk, r, col) * dk.part[i].x[e];
     });
-    float sum = 0.0f;
-    for (int idx = threadIdx.x; idx < kBK * vs * kBK; idx += kThreads) {
-      const int j = idx / (kBK * kBK), r = idx / kBK % kBK, col = idx % kBK;
-      sum += at(hs + j * kTileElems, r, col) * at(dhs + j * kTileElems, r, col);
-    }
-    AddBlockSum(sum, state_sum);
+    AddBlockSum(state_dot, state_sum);
   }
-  __syncthreads();  // every product is done with the d_o and v tiles: they take the results
-  StoreAccRows(dq, xo, p.dq, p.qk_strides, c, h, k0);
-  StoreAccRows(dk, xv, p.dk, p.qk_strides, c, h, k0);
+  __syncthreads();  // no warp reads the stages any more: they take the results
+  StoreAccRows(dq, xo(0), p.dq, p.qk_strides, c, h, k0);
+  StoreAccRows(dk, xv(0), p.dk, p.qk_strides, c, h, k0);
   if constexpr (kGateGrad) {
     const int64_t slice = (int64_t{c.global} * p.heads + h) * gridDim.z + blockIdx.z;
     float* part = parts + slice * kPartStride;

@@ -91,11 +91,12 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
   cudaError_t err = cudaSuccess;
   const int64_t row_units = TokenRows(p) * p.heads;
-  if ((err = RunTiles(tiles::PrepareRowsKernel,
-                      dim3(static_cast<unsigned>((row_units + tiles::kWarps - 1) / tiles::kWarps)),
-                      0, b, stream)) != cudaSuccess) {
-    return err;
-  }
+  err = b.s.q_rows == nullptr
+            ? RunStep(RowScalars{b}, stream)
+            : RunTiles(tiles::PrepareRowsKernel,
+                       dim3(static_cast<unsigned>((row_units + tiles::kWarps - 1) / tiles::kWarps)),
+                       0, b, stream);
+  if (err != cudaSuccess) return err;
   if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess) return err;
   if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.v_dim), b,
                       stream)) != cudaSuccess) {

@@ -49,8 +49,10 @@ constexpr float kSoftplusThreshold = 20.0f;
 // products from T and the keys.
 struct Scratch {
   // forward
-  __nv_bfloat16* qn;  // [R,H,K]  q as the recurrence sees it (normalised or copied)
-  __nv_bfloat16* kn;  // [R,H,K]
+  __nv_bfloat16* q_rows;   // [R,H,K]  copies of q and k for the recurrence (normalised with the
+  __nv_bfloat16* k_rows;   //          l2norm); null where it reads the inputs in place
+  const __nv_bfloat16* qn;  // [R,H,K]  q as the recurrence sees it: q_rows, or the input q
+  const __nv_bfloat16* kn;  // [R,H,K]
   float* bt;          // [R,H]    beta
   float* g;           // [R,H]    log decay (0 for the ungated rule)
   float* G;           // [R,H]    chunk-local inclusive cumsum of g
@@ -135,6 +137,15 @@ FLAME_HD inline float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 FLAME_HD inline float Softplus(float x) { return x > kSoftplusThreshold ? x : log1pf(expf(x)); }
 
+// Without the l2norm the recurrence sees q and k as given. Where they are laid out as the
+// scratch's token tensors (dense [B*T, H, K]), the kernels read them in place: no copy, no
+// scratch for them.
+FLAME_HD inline bool QKInPlace(const ChunkDeltaParams& p) {
+  const int64_t row = int64_t{p.heads} * p.k_dim;
+  return !p.qk_l2norm && p.qk_strides.head == p.k_dim && p.qk_strides.token == row &&
+         (p.batch == 1 || p.qk_strides.batch == row * p.seq_len);
+}
+
 // ---------------------------------------------------------------------------------------------
 // Workspace
 
@@ -154,7 +165,14 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   Scratch unused{};
   Scratch& x = s ? *s : unused;
   const size_t mat = C * kBT * kBT, state = C * K * V;
-  take(&x.qn, R * K), take(&x.kn, R * K), take(&x.bt, R), take(&x.g, R), take(&x.G, R);
+  if (QKInPlace(p)) {
+    x.q_rows = x.k_rows = nullptr;
+    x.qn = p.q, x.kn = p.k;
+  } else {
+    take(&x.q_rows, R * K), take(&x.k_rows, R * K);
+    x.qn = x.q_rows, x.kn = x.k_rows;
+  }
+  take(&x.bt, R), take(&x.g, R), take(&x.G, R);
   take(&x.T, mat), take(&x.M, mat);
   take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
@@ -173,6 +191,30 @@ struct StepBase {
   ChunkDeltaParams p;
   Scratch s;
   bool gated;
+};
+
+// The scalars of unit (token row, head) from its inputs (bt: beta, or its logits with
+// beta_sigmoid; g: a, or a + dt_bias with the in-kernel gate), to the scratch: beta, and the
+// log decay g (0 ungated; fla's in-kernel gate with gate_in_kernel).
+FLAME_HD inline void StoreRowScalars(const StepBase& b, int64_t unit, float beta, float g,
+                                     float a_log) {
+  const ChunkDeltaParams& p = b.p;
+  b.s.bt[unit] = p.beta_sigmoid ? Sigmoid(beta) : beta;
+  b.s.g[unit] = b.gated && p.gate_in_kernel ? -expf(a_log) * Softplus(g) : g;
+}
+
+// Unit = (token row, head): the row scalars, where the kernels read q and k in place (else
+// PrepareRowsKernel writes the scalars beside the rows).
+struct RowScalars : StepBase {
+  FLAME_HD int64_t Units() const { return TokenRows(p) * p.heads; }
+  FLAME_HD void operator()(int64_t u) const {
+    const int h = static_cast<int>(u % p.heads);
+    const int64_t r = u / p.heads;
+    const int64_t si =
+        In(p.scalar_strides, static_cast<int>(r / p.seq_len), static_cast<int>(r % p.seq_len), h);
+    const float g = !gated ? 0.0f : p.gate_in_kernel ? p.a[si] + p.dt_bias[h] : p.a[si];
+    StoreRowScalars(*this, u, p.beta[si], g, gated && p.gate_in_kernel ? p.A_log[h] : 0.0f);
+  }
 };
 
 // Unit = (chunk, head): G = chunk-local inclusive cumsum of g.

@@ -6,7 +6,9 @@
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
 // dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
-//   PrepareRowsKernel     (rows * H / 8)       qn, kn (l2norm), beta (sigmoid), g (in-kernel gate)
+//   PrepareRowsKernel     (rows * H / 8)       q, k rows (l2norm), beta (sigmoid), g (in-kernel
+//                                              gate); where q and k are read in place, the
+//                                              scalar step RowScalars instead
 //   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U (chunk_delta_prepare.cuh)
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
@@ -226,9 +228,9 @@ __device__ inline void InvertUnitLower(float* T, const float* A) {
 // ----------------------------------------------------------------------------------------------
 // Forward
 
-// One warp per (token row, head): qn, kn (q and k, l2-normalised with qk_l2norm), beta (through
-// the sigmoid with beta_sigmoid) and the log decay g (0 ungated; fla's in-kernel gate with
-// gate_in_kernel). Each lane holds two adjacent columns of every 64-wide slice.
+// One warp per (token row, head), where the kernels do not read q and k in place (QKInPlace):
+// their copies q_rows, k_rows (l2-normalised with qk_l2norm) and the row scalars
+// (StoreRowScalars). Each lane holds two adjacent columns of every 64-wide slice.
 __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
   const ChunkDeltaParams& p = b.p;
   const int64_t unit = int64_t{blockIdx.x} * kWarps + threadIdx.x / 32;
@@ -274,16 +276,13 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
     const int e = s * 64 + lane * 2;
     if (e < p.k_dim) {
       // bf16: without the l2norm these are the inputs, exact; with it, rounded as the inputs were.
-      *reinterpret_cast<__nv_bfloat162*>(b.s.qn + out + e) =
+      *reinterpret_cast<__nv_bfloat162*>(b.s.q_rows + out + e) =
           __floats2bfloat162_rn(q[s].x * rq, q[s].y * rq);
-      *reinterpret_cast<__nv_bfloat162*>(b.s.kn + out + e) =
+      *reinterpret_cast<__nv_bfloat162*>(b.s.k_rows + out + e) =
           __floats2bfloat162_rn(k[s].x * rk, k[s].y * rk);
     }
   }
-  if (lane == 0) {
-    b.s.bt[unit] = p.beta_sigmoid ? Sigmoid(beta) : beta;
-    b.s.g[unit] = b.gated && p.gate_in_kernel ? -expf(a_log) * Softplus(g) : g;
-  }
+  if (lane == 0) StoreRowScalars(b, unit, beta, g, a_log);
 }
 
 // ----------------------------------------------------------------------------------------------
