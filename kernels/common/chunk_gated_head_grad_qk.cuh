@@ -87,10 +87,8 @@ __device__ inline void AddBlockSum(float x, float* total) {
 
 // kGateGrad: also the dg sums (g given and dg requested; not with g_gamma).
 template <bool kGateGrad>
-__global__ void __launch_bounds__(kThreads, 2) HeadGradQKKernel(ChunkGatedParams p,
-                                                                const bf16* states,
-                                                                const bf16* d_states,
-                                                                float* parts) {
+__global__ void __launch_bounds__(kThreads, 2)
+    HeadGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states, float* parts) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
   float* kdk_row = G + kBT;
@@ -158,19 +156,17 @@ __global__ void __launch_bounds__(kThreads, 2) HeadGradQKKernel(ChunkGatedParams
   }
 
   const float scale = p.scale;
-  score.Transform([&](int r, int col, float x) {
-    return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f;
-  });
+  score.Transform(
+      [&](int r, int col, float x) { return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f; });
   score.StoreBf16(dP, kLdBf16);
   dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
   const float g_last = G[kBT - 1];
   dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
   if constexpr (kGateGrad) {
-    AddRowSums(kdk_row, [&](int r, int col, int i, int e) {
-      return at(xk, r, col) * dk.part[i].x[e];
-    });
+    AddRowSums(kdk_row,
+               [&](int r, int col, int i, int e) { return at(xk, r, col) * dk.part[i].x[e]; });
   }
-  __syncthreads();  // dP is stored
+  __syncthreads();                                                    // dP is stored
   tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);  // dq += dP K
   // dk += dP^T Q, with A(j, i) = dP[i][j].
   tile::MmaBf16Acc64<false, true>(dk, kBT, dP, kLdBf16, xq, kLdBf16);

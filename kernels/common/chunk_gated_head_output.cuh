@@ -43,8 +43,8 @@ inline size_t HeadOutputSmemBytes(int k_dim) {
 }
 
 template <bool kGradV>
-__global__ void __launch_bounds__(kThreads, 3) HeadOutputKernel(ChunkGatedParams p,
-                                                                const bf16* states) {
+__global__ void __launch_bounds__(kThreads, 3)
+    HeadOutputKernel(ChunkGatedParams p, const bf16* states) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kBT * sizeof(float));

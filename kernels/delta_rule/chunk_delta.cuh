@@ -98,8 +98,8 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
                        0, b, stream);
   if (err != cudaSuccess) return err;
   if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess) return err;
-  if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.v_dim), b,
-                      stream)) != cudaSuccess) {
+  if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.k_dim, p.v_dim),
+                      b, stream)) != cudaSuccess) {
     return err;
   }
   if ((err = RunTiles(tiles::StateForwardKernel, seqs, tiles::StateForwardSmem(p.k_dim), b,

@@ -11,63 +11,87 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// Per chunk: QK = Q K^T and KK = K K^T over K (in registers); M = tril(QK * D) (stored);
-// A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored); U = T diag(beta) V. Three fp32
-// tiles of shared memory, and V's bf16 slices: G and beta are copied by cp.async while Q K^T and
-// K K^T are formed, V's slices while T is.
+// Per chunk: QK = Q K^T and KK = K K^T over K, in registers: bf16 products of the bf16 rows
+// (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
+// goes to the scratch from the registers; A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
+// (stored); U = T diag(beta) V, stored from the registers. Shared memory: two fp32 tiles (A,
+// then diag(beta) V; T), G and beta, and the rows' bf16 tiles (q and k; then V's slices), 72 KB
+// at K = V = 128 (three blocks per SM).
+// Why: the earlier form loaded q and k through registers into fp32 tiles, one 64-wide slice per
+// step with two barriers, for TF32 products (four operand loads per product where bf16 needs
+// one), and staged M and U through a third tile: 620 us per call at (2,16384,16,128).
 __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* x = reinterpret_cast<float*>(smem4);
-  float* y = x + kTile;
+  float* y = reinterpret_cast<float*>(smem4);
   float* T = y + kTile;
   float* G = T + kTile;
   float* beta = G + kBT;
-  bf16* v_slices = reinterpret_cast<bf16*>(beta + kBT);
+  bf16* rows = reinterpret_cast<bf16*>(beta + kBT);
   const ChunkDeltaParams& p = b.p;
-  const int chunk = blockIdx.x, h = blockIdx.y;
+  const int chunk = blockIdx.x, h = blockIdx.y, nk = p.k_dim / kBT;
   const Chunk c = LocateChunk(p, chunk);
+  bf16* q_tiles = rows;
+  bf16* k_tiles = rows + nk * kBf16Tile;
+  {
+    const TokTilePieces pieces(int64_t{p.heads} * p.k_dim);
+    pieces.Issue(q_tiles, b.s.qn + Tok(p, c.row, h, p.k_dim), c.rows, nk);
+    pieces.Issue(k_tiles, b.s.kn + Tok(p, c.row, h, p.k_dim), c.rows, nk);
+  }
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
                   c.rows);
   __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
   {
     Acc qk, kk;
     qk.Zero(), kk.Zero();
-    for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-      LoadTokPair(x, b.s.qn, y, b.s.kn, p, c, h, p.k_dim, k0);
-      __syncthreads();
-      Mma<false, true>(qk, x, y);
-      Mma<false, true>(kk, y, y);
-      __syncthreads();
+    for (int j = 0; j < nk; ++j) {
+      const bf16* q = q_tiles + j * kBf16Tile;
+      const bf16* k = k_tiles + j * kBf16Tile;
+      tile::MmaBf16Acc64<true, false>(qk, kBT, q, kLdBf16, k, kLdBf16);
+      tile::MmaBf16Acc64<true, false>(kk, kBT, k, kLdBf16, k, kLdBf16);
     }
-    qk.Store(x, kLd);
-    kk.Store(y, kLd);
+    // The lane's elements in adjacent pairs (x[e], x[e + 1]: columns col, col + 1 of one row).
+    float* M = b.s.M + Mat(p, chunk, h);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
+        float2 m, a;
+        const float* x_qk = qk.part[i].x + e;
+        const float* x_kk = kk.part[i].x + e;
+        const float d0 = r < c.rows && col <= r ? __expf(G[r] - G[col]) : 0.0f;
+        const float d1 = r < c.rows && col + 1 <= r ? __expf(G[r] - G[col + 1]) : 0.0f;
+        // M is an operand as it is in StateBackward: rounded to TF32.
+        m = make_float2(tile::RoundTf32(x_qk[0] * d0), tile::RoundTf32(x_qk[1] * d1));
+        a = make_float2(col < r ? beta[r] * x_kk[0] * d0 : 0.0f,
+                        col + 1 < r ? beta[r] * x_kk[1] * d1 : 0.0f);
+        *reinterpret_cast<float2*>(M + r * kBT + col) = m;
+        *reinterpret_cast<float2*>(y + r * kLd + col) = a;
+      }
+    }
   }
+  __syncthreads();  // A is in y; no warp reads the q and k tiles any more
   {
     const TokTilePieces v_pieces(p.v_strides.token);
     const bf16* v_chunk = p.v + In(p.v_strides, c.batch, c.t0, h);
     for (int j = 0; j < p.v_dim / kBT; ++j) {
-      v_pieces.Issue(v_slices + j * kBf16Tile, v_chunk + j * kBT, c.rows, 1);
+      v_pieces.Issue(rows + j * kBf16Tile, v_chunk + j * kBT, c.rows, 1);
     }
     __pipeline_commit();
   }
-  __pipeline_wait_prior(1);  // G and beta
-  __syncthreads();
-  float* M = b.s.M + Mat(p, chunk, h);
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int i = e / kBT, j = e % kBT;
-    const float D = i < c.rows && j <= i ? __expf(G[i] - G[j]) : 0.0f;
-    M[e] = tile::RoundTf32(x[i * kLd + j] * D);  // an operand as it is in StateBackward
-    y[i * kLd + j] = j < i ? beta[i] * y[i * kLd + j] * D : 0.0f;  // A
-  }
-  __syncthreads();
   InvertUnitLower(T, y);
   StoreMat(b.s.T + Mat(p, chunk, h), T);
-  // U, one 64-wide slice at a time, through x to the scratch rows. (W = T diag(beta gamma) K is
-  // not stored: the state passes form its products from T and the keys.)
+  // U, one 64-wide slice at a time: diag(beta) V into y, the product from the registers to the
+  // scratch rows. (W = T diag(beta gamma) K is not stored: the state passes form its products
+  // from T and the keys.)
   __pipeline_wait_prior(0);  // V
-  __syncthreads();
+  float* U = b.s.U + Tok(p, c.row, h, p.v_dim);
+  const int64_t ld_u = int64_t{p.heads} * p.v_dim;
   for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
-    const bf16* v = v_slices + v0 / kBT * kBf16Tile;
+    __syncthreads();  // V is in; y's readers (the inverse, the last product) are done
+    const bf16* v = rows + v0 / kBT * kBf16Tile;
     for (int idx = threadIdx.x; idx < kBT * kBT / 2; idx += kThreads) {
       const int r = idx / (kBT / 2), c2 = idx % (kBT / 2) * 2;
       const float2 x2 =
@@ -79,14 +103,23 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     Acc u;
     u.Zero();
     Mma<false, false>(u, T, y);
-    u.Store(x, kLd);  // x's readers (the last StoreTok) are behind the barrier above
-    __syncthreads();
-    StoreTok(b.s.U, x, p, c, h, p.v_dim, v0);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
+        if (r < c.rows) {
+          *reinterpret_cast<float2*>(U + r * ld_u + v0 + col) =
+              make_float2(u.part[i].x[e], u.part[i].x[e + 1]);
+        }
+      }
+    }
   }
 }
 
-inline size_t ChunkPrepareSmem(int v_dim) {
-  return (3 * kTile + 2 * kBT) * sizeof(float) + v_dim / kBT * kBf16Tile * 2;
+inline size_t ChunkPrepareSmem(int k_dim, int v_dim) {
+  const int row_tiles = 2 * k_dim / kBT > v_dim / kBT ? 2 * k_dim / kBT : v_dim / kBT;
+  return (2 * kTile + 2 * kBT) * sizeof(float) + row_tiles * kBf16Tile * 2;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

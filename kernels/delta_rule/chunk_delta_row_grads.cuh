@@ -15,7 +15,8 @@ namespace flame::kernels::delta_chunk::tiles {
 // dMD = dM * D (lower) and dAb = diag(beta) dA * D (strictly lower):
 //   dq = scale diag(gamma) SdO + dMD K
 //   dk = diag(exp(G_L - G)) dKd + diag(beta gamma) dX + dMD^T Q + dAb K + dAb^T K
-// written over SdO and dKd; and per row, with P = dMD * (Q K^T), Qm = dAb * (K K^T),
+// written over SdO and dKd with the l2norm (FinishRowsKernel's input), else to dq and dk in
+// bf16; and per row, with P = dMD * (Q K^T), Qm = dAb * (K K^T),
 //   dG_i = scale gamma_i q_i.SdO_i - exp(G_L-G_i) k_i.dKd_i + beta_i gamma_i k_i.dX_i
 //          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
 //          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
@@ -114,8 +115,13 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
       acc.Store(dk, kLd);
     }
     __syncthreads();
-    StoreTok(b.s.SdO, dq, p, c, h, K, k0);
-    StoreTok(b.s.dKd, dk, p, c, h, K, k0);
+    if (p.qk_l2norm) {  // FinishRowsKernel takes them through the l2norm's backward
+      StoreTok(b.s.SdO, dq, p, c, h, K, k0);
+      StoreTok(b.s.dKd, dk, p, c, h, K, k0);
+    } else {  // they are dq and dk
+      StoreInBf16(p.dq, dq, p.qk_strides, c, h, k0);
+      StoreInBf16(p.dk, dk, p.qk_strides, c, h, k0);
+    }
     __syncthreads();
   }
   qk.Store(q, kLd);

@@ -49,24 +49,24 @@ constexpr float kSoftplusThreshold = 20.0f;
 // products from T and the keys.
 struct Scratch {
   // forward
-  __nv_bfloat16* q_rows;   // [R,H,K]  copies of q and k for the recurrence (normalised with the
-  __nv_bfloat16* k_rows;   //          l2norm); null where it reads the inputs in place
+  __nv_bfloat16* q_rows;    // [R,H,K]  copies of q and k for the recurrence (normalised with the
+  __nv_bfloat16* k_rows;    //          l2norm); null where it reads the inputs in place
   const __nv_bfloat16* qn;  // [R,H,K]  q as the recurrence sees it: q_rows, or the input q
   const __nv_bfloat16* kn;  // [R,H,K]
-  float* bt;          // [R,H]    beta
-  float* g;           // [R,H]    log decay (0 for the ungated rule)
-  float* G;           // [R,H]    chunk-local inclusive cumsum of g
-  float* T;           // chunk matrix: (I + A)^-1
-  float* M;           // chunk matrix: tril(Q K^T * D)
-  float* U;           // [R,H,V]
-  float* Ut;          // [R,H,V]  the new values U - W S
-  float* S;           // state entering each chunk
+  float* bt;                // [R,H]    beta
+  float* g;                 // [R,H]    log decay (0 for the ungated rule)
+  float* G;                 // [R,H]    chunk-local inclusive cumsum of g
+  float* T;                 // chunk matrix: (I + A)^-1
+  float* M;                 // chunk matrix: tril(Q K^T * D)
+  float* U;                 // [R,H,V]
+  float* Ut;                // [R,H,V]  the new values U - W S
+  float* S;                 // state entering each chunk
   // backward
   float* dS;          // gradient of the state leaving each chunk
   float* dUt;         // [R,H,V]
   float* dW;          // [R,H,K]
-  float* dKd;         // [R,H,K]  gradient of the decayed keys, then the normalised k's gradient
-  float* SdO;         // [R,H,K]  S dO, then (RowGrads) the gradient of the normalised q
+  float* dKd;         // [R,H,K]  gradient of the decayed keys, then (l2norm) the normalised k's
+  float* SdO;         // [R,H,K]  S dO, then (RowGrads, l2norm) the gradient of the normalised q
   float* dM;          // chunk matrix
   float* dA;          // chunk matrix: -T^T dT T^T, strictly lower
   float* dX;          // [R,H,K]  gradient of diag(beta gamma) K

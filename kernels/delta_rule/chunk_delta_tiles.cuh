@@ -143,6 +143,20 @@ __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaPa
   }
 }
 
+// Rows [0, c.rows) of a 64 x 64 fp32 tile into columns [col0, col0 + 64) of a [B,T,H,D] bf16
+// tensor (strides st).
+__device__ inline void StoreInBf16(__nv_bfloat16* dst, const float* src, const TensorStrides& st,
+                                   const Chunk& c, int h, int col0) {
+  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
+#pragma unroll
+  for (int r = r0; r < kBT; r += kThreads / 16) {
+    if (r < c.rows) {
+      StoreBf16x4(dst + In(st, c.batch, c.t0 + r, h) + col0 + c4,
+                  *reinterpret_cast<const float4*>(src + r * kLd + c4));
+    }
+  }
+}
+
 // dst(r, :) = scale(r) * rows of a [B,T,H,D] bf16 tensor (v), columns [col0, col0 + 64), rounded
 // to TF32: an operand tile.
 template <typename RowScale>
@@ -288,8 +302,8 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
 // ----------------------------------------------------------------------------------------------
 // Backward
 
-// Per (chunk, head), one warp per row: dq, dk from the gradients of the normalised rows
-// (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps) with the l2norm, else dx = dy); dv = beta dY;
+// Per (chunk, head), one warp per row: with the l2norm, dq and dk from the gradients of the
+// normalised rows (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps)); dv = beta dY;
 // dbeta = db + v.dY, through the sigmoid when beta comes as logits. A lane moves four adjacent
 // columns at a time (one 16-byte fp32 and one 8-byte bf16 access), so a warp covers 128 columns
 // of a row per access; a q or k row stays in registers between its two reductions and its write.
@@ -303,7 +317,8 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
   for (int i = warp; i < c.rows; i += kWarps) {
     const int64_t ri = (c.row + i) * p.heads + h;
     const int64_t xi = In(p.qk_strides, c.batch, c.t0 + i, h);
-    for (int which = 0; which < 2; ++which) {
+    // Without the l2norm RowGradsKernel wrote dq and dk.
+    for (int which = 0; which < (p.qk_l2norm ? 2 : 0); ++which) {
       const __nv_bfloat16* raw = (which == 0 ? p.q : p.k) + xi;
       const __nv_bfloat16* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
       const float* dy = (which == 0 ? b.s.SdO : b.s.dKd) + ri * K;
