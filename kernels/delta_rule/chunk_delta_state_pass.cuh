@@ -9,11 +9,13 @@
 // being filled, and one block barrier per chunk orders the swap.
 //
 // The chunk's K x 64 operands are the keys and queries, kept in bf16 (half the copy, half the
-// shared memory; without the l2norm they are the inputs, exact) and multiplied in TF32 against
-// fp32 tiles of TF32 values (tile::MmaBf16Tf32Warp16), so the state itself is never rounded to
-// bf16. The WY factor W = T diag(beta gamma) K is never read: W S = T (diag(beta gamma) K S) and
-// W^T x = K^T diag(beta gamma) T^T x take the 64 x 64 T and the keys already on chip instead of a
-// second K x 64 operand per chunk.
+// shared memory; without the l2norm they are the inputs, exact). The products over K take bf16
+// copies of the state (or its gradient) and of the update's right-hand sides: bf16 tensor-core
+// products, each operand fragment one ldmatrix. The state itself is carried, stored and summed
+// in fp32: only its copy for the next chunk's product is rounded (as fla's kernels round theirs);
+// the product with T (fp32) stays TF32. The WY factor W = T diag(beta gamma) K is never read: W S =
+// T (diag(beta gamma) K S) and W^T x = K^T diag(beta gamma) T^T x take the 64 x 64 T and the keys
+// already on chip instead of a second K x 64 operand per chunk.
 //
 // Each warp owns fixed 16 x 16 tiles of the state and of the chunk's 64 x 32 products and
 // accumulates them in registers; a product whose operand another warp wrote needs a barrier.
@@ -33,11 +35,13 @@ namespace flame::kernels::delta_chunk::tiles {
 using tile::WarpAcc16;
 
 constexpr int kBV = 32;  // V columns per block
-// Leading dimensions of the 32-wide fp32 tiles by how the tensor cores read them (bank-conflict-
-// free fragment loads): kLdS for the B operands of the bf16 x TF32 products (read in row pairs,
-// = 4 mod 16), kLdV for those of the TF32 products (= 8 mod 32). (64-wide tiles: kLd, kLdT.)
+// Leading dimensions of the 32-wide tiles: kLdS for the fp32 staging of a state slice (16-byte
+// rows), kLdV for the fp32 B operands of the TF32 products (= 8 mod 32: conflict-free fragment
+// loads), kLdSb for the bf16 operands (state copies, the update's right-hand sides) read by
+// ldmatrix (rows 80 bytes apart: conflict-free). (64-wide tiles: kLd, kLdT.)
 constexpr int kLdS = kBV + 4;
 constexpr int kLdV = kBV + 8;
+constexpr int kLdSb = kBV + 8;
 
 // Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol(). The
 // lane's rows of it are LaneRow() and LaneRow() + 8.
@@ -92,19 +96,26 @@ struct StateTiles {
   WarpAcc16 part[kMaxKSlices];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
-  // From / to a K x 32 slice in shared memory (leading dimension kLdS): own tiles only. Store
-  // rounds the copy to TF32 with kOperand (the registers keep fp32).
+  // From / to a K x 32 fp32 slice in shared memory (leading dimension kLdS): own tiles only.
   __device__ void Load(const float* s, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) part[j].Load(s + Row(j) * kLdS + WarpCol(), kLdS);
     }
   }
-  template <bool kOperand>
   __device__ void Store(float* s, int nk) const {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].Store<kOperand>(s + Row(j) * kLdS + WarpCol(), kLdS);
+      if (j < nk) part[j].Store(s + Row(j) * kLdS + WarpCol(), kLdS);
+    }
+    __syncwarp();
+  }
+  // To a bf16 K x 32 slice in shared memory (leading dimension kLdSb): own tiles only (the
+  // products' copy; the registers keep fp32).
+  __device__ void StoreBf16(bf16* s, int nk) const {
+#pragma unroll
+    for (int j = 0; j < kMaxKSlices; ++j) {
+      if (j < nk) part[j].StoreBf16(s + Row(j) * kLdSb + WarpCol(), kLdSb);
     }
     __syncwarp();
   }
@@ -123,24 +134,24 @@ struct StateTiles {
       if (j < nk) part[j].Scale(f);
     }
   }
-  // part[j] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x 32 fp32 tile
-  // (leading dimension kLdS) of TF32 values.
-  __device__ void AddTransposedProduct(const bf16* tiles, const float* b, int nk) {
+  // part[j] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x 32 bf16 tile
+  // (leading dimension kLdSb).
+  __device__ void AddTransposedProductBf16(const bf16* tiles, const bf16* b, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
-        tile::MmaBf16Tf32Warp16<false>(part[j], kBT, tiles + j * kBf16Tile + WarpRow(), kLdBf16,
-                                       b + WarpCol(), kLdS);
+        tile::MmaBf16Warp16<false, true>(part[j], kBT, tiles + j * kBf16Tile + WarpRow(), kLdBf16,
+                                         b + WarpCol(), kLdSb);
       }
     }
   }
-  // acc += (a bf16 [64 x K] chunk operand) S, with S's TF32 copy s (leading dimension kLdS).
-  __device__ static void Product(WarpAcc16& acc, const bf16* tiles, const float* s, int nk) {
+  // acc += (a bf16 [64 x K] chunk operand) S, with S's bf16 copy s (leading dimension kLdSb).
+  __device__ static void ProductBf16(WarpAcc16& acc, const bf16* tiles, const bf16* s, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
       if (j < nk) {
-        tile::MmaBf16Tf32Warp16<true>(acc, kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
-                                      kLdBf16, s + j * kBT * kLdS + WarpCol(), kLdS);
+        tile::MmaBf16Warp16<true, true>(acc, kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
+                                        kLdBf16, s + j * kBT * kLdSb + WarpCol(), kLdSb);
       }
     }
   }
@@ -239,18 +250,22 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 // Forward: per chunk, in order, with X = diag(beta gamma) K S,
 //   S[chunk] = S;  Ut = U - T X;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
 // Three barriers per chunk: the swap of tile sets, X, and the decayed new values.
+// The products over K take bf16 copies of S and of the decayed new values.
 __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  float* s_copy = reinterpret_cast<float*>(smem4);  // S (TF32), K x kLdS
-  float* x_tile = s_copy + K * kLdS;                // X (TF32), 64 x kLdV
-  float* ut_tile = x_tile + kBT * kLdV;             // decayed new values (TF32), 64 x kLdS
-  char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdS);
+  float* x_tile = reinterpret_cast<float*>(smem4);              // X (TF32), 64 x kLdV
+  bf16* s_copy = reinterpret_cast<bf16*>(x_tile + kBT * kLdV);  // S (bf16), K x kLdSb
+  bf16* ut_tile = s_copy + K * kLdSb;  // decayed new values (bf16), 64 x kLdSb
+  char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdSb);
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
     return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(nk), nk);
   };
+  // The initial and final states pass through fp32 K x kLdS staging in tile set 1, which no
+  // chunk's copy fills before the first swap or after the last chunk.
+  float* state_staging = reinterpret_cast<float*>(sets_at + ChunkTiles::ForwardBytes(nk));
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
@@ -274,16 +289,17 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     load_u(0, u_next);
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS>(s_copy, p.initial_state ? p.initial_state + State(p, n, h) : nullptr, K, V,
-                       v0);
+  LoadState<kBV, kLdS>(state_staging, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
+                       K, V, v0);
   __syncthreads();
   StateTiles S;
-  S.Load(s_copy, nk);
+  S.Load(state_staging, nk);
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const int rows = src.Rows(ci);
     const ChunkTiles t = set(ci);
-    // Earlier readers of s_copy, x_tile and ut_tile are behind the previous chunk's barriers.
-    S.Store<true>(s_copy, nk);
+    // Earlier readers of s_copy, x_tile and ut_tile are behind the previous chunk's barriers
+    // (and of the staging, behind the first swap).
+    S.StoreBf16(s_copy, nk);
     S.StoreScratch(b.s.S + src.StateAt(ci, K * V) + v0, V, nk);
     const WarpAcc16 u = u_next;
     __pipeline_wait_prior(0);
@@ -295,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     __pipeline_commit();
     WarpAcc16 x;
     x.Zero();
-    StateTiles::Product(x, t.k, s_copy, nk);
+    StateTiles::ProductBf16(x, t.k, s_copy, nk);
     ScaleRows(x, BetaGamma(t, ra), BetaGamma(t, rb));
     x.Store<true>(x_tile + WarpRow() * kLdV + WarpCol(), kLdV);
     __syncthreads();
@@ -307,21 +323,24 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     StoreRows(b.s.Ut + src.TokAt(ci, V) + v0, ld_v, ut, rows);
     const float G_last = t.G[rows - 1];
     ScaleRows(ut, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
-    ut.Store<true>(ut_tile + WarpRow() * kLdS + WarpCol(), kLdS);
+    ut.StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol(), kLdSb);
     __syncthreads();
     S.Scale(expf(G_last), nk);
-    S.AddTransposedProduct(t.k, ut_tile, nk);
+    S.AddTransposedProductBf16(t.k, ut_tile, nk);
   }
   if (p.final_state) {
-    S.Store<false>(s_copy, nk);
+    __syncthreads();  // the last chunk's readers of its tile set are done
+    S.Store(state_staging, nk);
     __syncthreads();
-    StoreState<kBV, kLdS>(p.final_state + State(p, n, h), s_copy, K, V, v0);
+    StoreState<kBV, kLdS>(p.final_state + State(p, n, h), state_staging, K, V, v0);
   }
 }
 
 inline size_t StateForwardSmem(int k_dim) {
   const int nk = k_dim / kBT;
-  return (k_dim * kLdS + kBT * kLdV + kBT * kLdS) * sizeof(float) +
+  static_assert(kBT * kLdS * sizeof(float) <= kBf16Tile * sizeof(bf16),
+                "64 rows of the fp32 state staging fit in one key tile of a set");
+  return kBT * kLdV * sizeof(float) + (k_dim + kBT) * kLdSb * sizeof(bf16) +
          2 * ChunkTiles::ForwardBytes(nk);
 }
 
@@ -330,7 +349,8 @@ inline size_t StateForwardSmem(int k_dim) {
 // Z = diag(beta gamma) T^T (-dUt):
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + M^T (scale dO);
 //   dS = gamma_L dS + Q^T (scale diag(gamma) dO) + K^T Z          (K^T Z = -W^T dUt).
-// Four barriers per chunk: the swap, the dO tiles, -dUt, Z.
+// Four barriers per chunk: the swap, the dO tiles, -dUt, Z. The products over K take bf16 copies
+// of dS, of scale diag(gamma) dO and of Z.
 //
 // kSplit (where two full tile sets do not fit in a block's shared memory: K = 256 on the H200,
 // K = 128 on the A100): only the keys are
@@ -342,18 +362,21 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  float* ds_copy = reinterpret_cast<float*>(smem4);  // dS (TF32), K x kLdS
-  float* d_o = ds_copy + K * kLdS;  // scale dO (TF32), 64 x kLdV; then Z, 64 x kLdS
-  float* z = d_o;
-  float* d_og = d_o + kBT * kLdV;  // scale diag(gamma) dO (TF32), 64 x kLdS
-  float* dut = d_og + kBT * kLdS;  // -dUt (TF32), 64 x kLdV
-  char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdV);
+  float* d_o = reinterpret_cast<float*>(smem4);               // scale dO (TF32), 64 x kLdV; then Z
+  bf16* z = reinterpret_cast<bf16*>(d_o);                     // Z (bf16), 64 x kLdSb
+  float* dut = d_o + kBT * kLdV;                              // -dUt (TF32), 64 x kLdV
+  bf16* ds_copy = reinterpret_cast<bf16*>(dut + kBT * kLdV);  // dS (bf16), K x kLdSb
+  bf16* d_og = ds_copy + K * kLdSb;  // scale diag(gamma) dO (bf16), 64 x kLdSb
+  char* keys_at = reinterpret_cast<char*>(d_og + kBT * kLdSb);
   const int key_bytes = ChunkTiles::KeyBytes(nk), rest_bytes = ChunkTiles::BackwardRestBytes(nk);
   char* rest_at = keys_at + 2 * key_bytes;
   const auto set = [&](int i) {  // as in the forward
     return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes,
                                 rest_at + (kSplit ? 0 : (i & 1) * rest_bytes), nk);
   };
+  // The initial and final gradients pass through fp32 K x kLdS staging in the keys of set 1,
+  // which no chunk's copy fills before the first swap or after the last chunk.
+  float* state_staging = reinterpret_cast<float*>(keys_at + key_bytes);
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
@@ -382,16 +405,17 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     if (!kSplit) issue_queries(last, set(0));
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS>(ds_copy, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr, K, V,
-                       v0);
+  LoadState<kBV, kLdS>(state_staging, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr,
+                       K, V, v0);
   __syncthreads();
   StateTiles dS;
-  dS.Load(ds_copy, nk);
+  dS.Load(state_staging, nk);
   for (int it = 0; it <= last; ++it) {
     const int ci = last - it, rows = src.Rows(ci);
     const ChunkTiles t = set(it);
-    // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers.
-    dS.Store<true>(ds_copy, nk);
+    // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers (and
+    // of the staging, behind the first swap).
+    dS.StoreBf16(ds_copy, nk);
     dS.StoreScratch(b.s.dS + src.StateAt(ci, K * V) + v0, V, nk);
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles (but the split queries) are in; the other set is free
@@ -410,12 +434,12 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     }
     WarpAcc16 du;  // K dS, then dUt
     du.Zero();
-    StateTiles::Product(du, t.k, ds_copy, nk);
+    StateTiles::ProductBf16(du, t.k, ds_copy, nk);
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
       const int r = e / kBV, col = e % kBV;
       const float scaled = p.scale * __bfloat162float(t.d_o[e]);
       d_o[r * kLdV + col] = tile::RoundTf32(scaled);
-      d_og[r * kLdS + col] = tile::RoundTf32(scaled * __expf(t.G[r]));
+      d_og[r * kLdSb + col] = __float2bfloat16(scaled * __expf(t.G[r]));
     }
     const float G_last = t.G[rows - 1];
     __syncthreads();
@@ -429,7 +453,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     y.Zero();
     tile::MmaTf32Warp16<false, true>(y, kBT, t.T + WarpRow(), kLdT, dut + WarpCol(), kLdV);
     ScaleRows(y, BetaGamma(t, ra), BetaGamma(t, rb));
-    y.Store<true>(z + WarpRow() * kLdS + WarpCol(), kLdS);  // d_o's reads are behind the barrier
+    y.StoreBf16(z + WarpRow() * kLdSb + WarpCol(), kLdSb);  // d_o's reads are behind the barrier
     if (kSplit) __pipeline_wait_prior(0);                   // the queries
     __syncthreads();
     if (kSplit) {
@@ -437,19 +461,20 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
       __pipeline_commit();
     }
     dS.Scale(expf(G_last), nk);
-    dS.AddTransposedProduct(t.q, d_og, nk);
-    dS.AddTransposedProduct(t.k, z, nk);
+    dS.AddTransposedProductBf16(t.q, d_og, nk);
+    dS.AddTransposedProductBf16(t.k, z, nk);
   }
   if (p.d_initial_state) {
-    dS.Store<false>(ds_copy, nk);
+    __syncthreads();  // the last chunk's readers of its keys are done
+    dS.Store(state_staging, nk);
     __syncthreads();
-    StoreState<kBV, kLdS>(p.d_initial_state + State(p, n, h), ds_copy, K, V, v0);
+    StoreState<kBV, kLdS>(p.d_initial_state + State(p, n, h), state_staging, K, V, v0);
   }
 }
 
 inline size_t StateBackwardSmem(int k_dim, bool split) {
   const int nk = k_dim / kBT;
-  return (k_dim * kLdS + 2 * kBT * kLdV + kBT * kLdS) * sizeof(float) +
+  return 2 * kBT * kLdV * sizeof(float) + (k_dim + kBT) * kLdSb * sizeof(bf16) +
          2 * ChunkTiles::KeyBytes(nk) + (split ? 1 : 2) * ChunkTiles::BackwardRestBytes(nk);
 }
 
