@@ -10,6 +10,7 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 
@@ -362,37 +363,31 @@ struct Tf32PairedBOperand {
   }
 };
 
-// acc += A[16 x kd] B[kd x 16] by one warp, A bf16 (a at A(0, 0); kARowMajor as Mma), B fp32
-// row-major (b at B(0, 0)); kd a multiple of 16. The two k steps of each ldmatrix run as two
-// independent MMA chains.
-template <bool kARowMajor>
-__device__ __forceinline__ void MmaBf16Tf32Warp16(WarpAcc16& acc, int kd, const bf16* a, int lda,
-                                                  const float* b, int ldb) {
-  const Bf16AsTf32AOperand<kARowMajor> ao(a, lda);
-  const Tf32PairedBOperand bo(b, ldb);
-  WarpAcc16 odd;
-  odd.Zero();
-#pragma unroll 2
-  for (int l0 = 0; l0 < kd; l0 += 16) {
-    uint32_t fa[2][4];
-    ao.Load(fa, l0);
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      uint32_t fb[4];
-      bo.Load(fb, l0 + 8 * s);
-      MmaStep(s == 0 ? acc : odd, fa[s], fb);
-    }
+// B(l, j) = b[j * ldb + l] (the transpose of a stored fp32 tile) with the same permutation: b0,
+// b1 of column j are b[j][2t], b[j][2t + 1], one 8-byte load. ldb = 8 mod 32 is conflict-free.
+struct Tf32PairedBOperandT {
+  uint32_t base;
+  int ldb;
+  __device__ __forceinline__ Tf32PairedBOperandT(const float* b, int ldb_) : ldb(ldb_) {
+    const int lane = threadIdx.x % 32;
+    base = ptx::SharedAddr(b + lane / 4 * ldb + lane % 4 * 2);
   }
-  acc.Add(odd);
-}
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    const float2 lo = ptx::LoadShared2(base + 4 * l);
+    const float2 hi = ptx::LoadShared2(base + 4 * (l + 8 * ldb));
+    f[0] = __float_as_uint(lo.x), f[1] = __float_as_uint(lo.y);
+    f[2] = __float_as_uint(hi.x), f[3] = __float_as_uint(hi.y);
+  }
+};
 
-// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 (kARowMajor as Mma) and B fp32
-// row-major of TF32 values, read as MmaBf16Tf32Warp16 reads them (ldb = 4 mod 16 is
-// conflict-free); kd a multiple of 16.
-template <bool kARowMajor>
+// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 and B fp32 of TF32 values
+// (layout flags as Mma; B row-major conflict-free at ldb = 4 mod 16, the transposed B at 8 mod
+// 32); kd a multiple of 16. The two TF32 k steps of each bf16 fragment load share the B loader.
+template <bool kARowMajor, bool kBRowMajor = true>
 __device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16* a, int lda,
                                                  const float* b, int ldb) {
-  const Tf32PairedBOperand bo(b + Acc64::Col(), ldb);
+  using BOperand = std::conditional_t<kBRowMajor, Tf32PairedBOperand, Tf32PairedBOperandT>;
+  const BOperand bo(kBRowMajor ? b + Acc64::Col() : b + Acc64::Col() * ldb, ldb);
   const Bf16AsTf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0),
                                           lda);
   const Bf16AsTf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1),

@@ -13,7 +13,8 @@ namespace flame::kernels::delta_chunk::tiles {
 
 // Per chunk: QK = Q K^T and KK = K K^T over K, in registers: bf16 products of the bf16 rows
 // (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
-// goes to the scratch from the registers; A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
+// goes to the scratch from the registers (and in the backward's recompute KD =
+// strict_tril(KK * D), for RowGrads); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
 // (stored); U = T diag(beta) V, stored from the registers. Shared memory: two fp32 tiles (A,
 // then diag(beta) V; T), G and beta, and the rows' bf16 tiles (q and k; then V's slices), 72 KB
 // at K = V = 128 (three blocks per SM).
@@ -53,22 +54,23 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     }
     // The lane's elements in adjacent pairs (x[e], x[e + 1]: columns col, col + 1 of one row).
     float* M = b.s.M + Mat(p, chunk, h);
+    float* KD = b.s.KD != nullptr ? b.s.KD + Mat(p, chunk, h) : nullptr;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int e = 0; e < 8; e += 2) {
         const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-        float2 m, a;
         const float* x_qk = qk.part[i].x + e;
         const float* x_kk = kk.part[i].x + e;
         const float d0 = r < c.rows && col <= r ? __expf(G[r] - G[col]) : 0.0f;
         const float d1 = r < c.rows && col + 1 <= r ? __expf(G[r] - G[col + 1]) : 0.0f;
         // M is an operand as it is in StateBackward: rounded to TF32.
-        m = make_float2(tile::RoundTf32(x_qk[0] * d0), tile::RoundTf32(x_qk[1] * d1));
-        a = make_float2(col < r ? beta[r] * x_kk[0] * d0 : 0.0f,
-                        col + 1 < r ? beta[r] * x_kk[1] * d1 : 0.0f);
+        const float2 m = make_float2(tile::RoundTf32(x_qk[0] * d0), tile::RoundTf32(x_qk[1] * d1));
+        const float2 kd =
+            make_float2(col < r ? x_kk[0] * d0 : 0.0f, col + 1 < r ? x_kk[1] * d1 : 0.0f);
         *reinterpret_cast<float2*>(M + r * kBT + col) = m;
-        *reinterpret_cast<float2*>(y + r * kLd + col) = a;
+        *reinterpret_cast<float2*>(y + r * kLd + col) = make_float2(beta[r] * kd.x, beta[r] * kd.y);
+        if (KD != nullptr) *reinterpret_cast<float2*>(KD + r * kBT + col) = kd;
       }
     }
   }

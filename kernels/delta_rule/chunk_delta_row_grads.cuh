@@ -21,8 +21,9 @@ namespace flame::kernels::delta_chunk::tiles {
 //          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
 //          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
 //   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
-// Q K^T and K K^T accumulate in registers and dX is read straight into the row loop, so shared
-// memory holds six tiles: two blocks per multiprocessor. Each K slice's tiles arrive together
+// P and Qm take Q K^T * D and K K^T * D from the chunk's M and KD (ChunkPrepare's), so the only
+// products are those of the gradients; dX is read straight into the row loop, so shared memory
+// holds six tiles: two blocks per multiprocessor. Each K slice's tiles arrive together
 // (cp.async for the fp32 ones, one batch of register loads for the bf16 ones): one wait on
 // memory per slice, not one per tile.
 __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
@@ -59,8 +60,6 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   const float G_last = G[c.rows - 1];
   // Four threads per row, 16 columns each, for the row dot products.
   const int row = threadIdx.x / 4, col0 = threadIdx.x % 4 * 16;
-  Acc qk, kk;
-  qk.Zero(), kk.Zero();
   const int64_t tok_stride = int64_t{p.heads} * K;
   for (int k0 = 0; k0 < K; k0 += kBT) {
     // SdO and dKd are accumulators (fp32, not operands): copied as they are, while q and k come
@@ -81,8 +80,6 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
     }
     __pipeline_wait_prior(0);
     __syncthreads();
-    Mma<false, true>(qk, q, k);
-    Mma<false, true>(kk, k, k);
     float dots[3] = {0.0f, 0.0f, 0.0f};
     const float gamma = expf(G[row]), kd = expf(G_last - G[row]);
 #pragma unroll
@@ -124,21 +121,20 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
     }
     __syncthreads();
   }
-  qk.Store(q, kLd);
-  kk.Store(k, kLd);
-  __syncthreads();
+  // P = dM * M and Qm = dA * diag(beta) KD (strictly lower: the diagonal cancels in the sums
+  // below) over the q and k tiles, the beta terms dA * KD over dmd. dmd and dab hold dM * D and
+  // diag(beta) dA * D rounded for the products; these take the chunk matrices as stored.
   float* QK = q;
   float* KK = k;
-  // P and Qm over QK and KK; the beta terms dA * D * KK over dmd (each element read, then written,
-  // by one thread).
-  const float* dA = b.s.dA + Mat(p, chunk, h);
+  const int64_t mat = Mat(p, chunk, h);
+  const float *dM = b.s.dM + mat, *M = b.s.M + mat, *dA = b.s.dA + mat, *KD = b.s.KD + mat;
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT, x = i * kLd + j;
     const bool lower = j < i;
-    const float kk_ij = KK[x];
-    QK[x] = lower ? dmd[x] * QK[x] : 0.0f;
-    KK[x] = lower ? dab[x] * kk_ij : 0.0f;
-    dmd[x] = lower ? dA[e] * __expf(G[i] - G[j]) * kk_ij : 0.0f;
+    const float dA_kd = lower ? dA[e] * KD[e] : 0.0f;
+    QK[x] = lower ? dM[e] * M[e] : 0.0f;
+    KK[x] = beta[i] * dA_kd;
+    dmd[x] = dA_kd;
   }
   __syncthreads();
   // Four threads per row: the row and column sums, and for the last row the decay of every key.

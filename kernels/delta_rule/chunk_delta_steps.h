@@ -69,6 +69,7 @@ struct Scratch {
   float* SdO;         // [R,H,K]  S dO, then (RowGrads, l2norm) the gradient of the normalised q
   float* dM;          // chunk matrix
   float* dA;          // chunk matrix: -T^T dT T^T, strictly lower
+  float* KD;          // chunk matrix: strict_tril(K K^T * D), from the recompute's ChunkPrepare
   float* dX;          // [R,H,K]  gradient of diag(beta gamma) K
   float* dY;          // [R,H,V]  gradient of diag(beta) V
   float* dG;          // [R,H]
@@ -177,7 +178,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
     take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
-    take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dA, mat);
+    take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
     take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.db, R);
     take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);
   }

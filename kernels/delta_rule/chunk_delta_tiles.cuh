@@ -79,31 +79,10 @@ __device__ inline float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-// dst(r, :) = scale(r) * rows of a bf16 [R,H,dim] scratch tensor (qn or kn), columns
-// [col0, col0 + 64), rounded to TF32: an operand tile. A thread moves the same 4-column piece of
-// every 16th row, so its addresses advance by a fixed stride.
-template <typename RowScale>
-__device__ inline void LoadTok(float* dst, const __nv_bfloat16* src, const ChunkDeltaParams& p,
-                               const Chunk& c, int h, int dim, int col0, RowScale scale) {
-  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
-  const int64_t row_stride = int64_t{p.heads} * dim;
-  const __nv_bfloat16* from = TokPtr(src, p, c, 0, h, dim) + col0 + c4 * 4;
-#pragma unroll
-  for (int r = r0; r < kBT; r += kThreads / 16) {
-    float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < c.rows) {
-      v = LoadBf16x4(from + r * row_stride);
-      const float f = scale(r);
-      v.x *= f, v.y *= f, v.z *= f, v.w *= f;
-    }
-    *reinterpret_cast<float4*>(dst + r * kLd + c4 * 4) = tile::RoundTf32(v);
-  }
-}
-
 // Two 64 x 64 tiles of bf16 [R,H,dim] scratch (qn and kn), columns [col0, col0 + 64), as fp32
 // (exact: no rounding). Every load is issued before any store, so the pair waits on one round
-// trip to memory; LoadTok after LoadTok waits on two (the compiler keeps a load behind a shared
-// store that might alias it).
+// trip to memory; one tile after the other waits on two (the compiler keeps a load behind a
+// shared store that might alias it).
 __device__ inline void LoadTokPair(float* dst_a, const __nv_bfloat16* src_a, float* dst_b,
                                    const __nv_bfloat16* src_b, const ChunkDeltaParams& p,
                                    const Chunk& c, int h, int dim, int col0) {
@@ -154,31 +133,6 @@ __device__ inline void StoreInBf16(__nv_bfloat16* dst, const float* src, const T
       StoreBf16x4(dst + In(st, c.batch, c.t0 + r, h) + col0 + c4,
                   *reinterpret_cast<const float4*>(src + r * kLd + c4));
     }
-  }
-}
-
-// dst(r, :) = scale(r) * rows of a [B,T,H,D] bf16 tensor (v), columns [col0, col0 + 64), rounded
-// to TF32: an operand tile.
-template <typename RowScale>
-__device__ inline void LoadIn(float* dst, const __nv_bfloat16* src, const TensorStrides& st,
-                              const Chunk& c, int h, int col0, RowScale scale) {
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    float out[8] = {};
-    if (r < c.rows) {
-      const uint4 raw =
-          *reinterpret_cast<const uint4*>(src + In(st, c.batch, c.t0 + r, h) + col0 + c8 * 8);
-      const auto* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      const float f = scale(r);
-#pragma unroll
-      for (int q = 0; q < 4; ++q) {
-        const float2 x = __bfloat1622float2(pairs[q]);
-        out[2 * q] = tile::RoundTf32(x.x * f), out[2 * q + 1] = tile::RoundTf32(x.y * f);
-      }
-    }
-    float4* d = reinterpret_cast<float4*>(dst + r * kLd + c8 * 8);
-    d[0] = make_float4(out[0], out[1], out[2], out[3]);
-    d[1] = make_float4(out[4], out[5], out[6], out[7]);
   }
 }
 
