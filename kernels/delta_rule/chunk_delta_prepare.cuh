@@ -105,17 +105,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     Acc u;
     u.Zero();
     Mma<false, false>(u, T, y);
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-        if (r < c.rows) {
-          *reinterpret_cast<float2*>(U + r * ld_u + v0 + col) =
-              make_float2(u.part[i].x[e], u.part[i].x[e + 1]);
-        }
-      }
-    }
+    StoreAccRows(u, U + v0, ld_u, c.rows);
   }
 }
 

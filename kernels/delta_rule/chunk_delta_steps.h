@@ -194,9 +194,9 @@ struct StepBase {
   bool gated;
 };
 
-// The scalars of unit (token row, head) from its inputs (bt: beta, or its logits with
-// beta_sigmoid; g: a, or a + dt_bias with the in-kernel gate), to the scratch: beta, and the
-// log decay g (0 ungated; fla's in-kernel gate with gate_in_kernel).
+// The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with
+// beta_sigmoid; g: a, or a + dt_bias with the in-kernel gate; a_log: A_log[h] with it) to the
+// scratch: beta, and the log decay g (0 ungated; fla's in-kernel gate with gate_in_kernel).
 FLAME_HD inline void StoreRowScalars(const StepBase& b, int64_t unit, float beta, float g,
                                      float a_log) {
   const ChunkDeltaParams& p = b.p;

@@ -1,22 +1,27 @@
 // The tensor-core kernels of the chunked delta rule: every product of the chunk form (see
-// chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, multiplied in TF32
-// with fp32 accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the
-// bf16 queries and keys (the inputs, or their l2norm rounded as the inputs were) -- so the
-// precision is that of the fp32 reference up to TF32 rounding of the factors.
+// chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, with fp32
+// accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the bf16
+// queries and keys (the inputs, or their l2norm rounded as the inputs were) -- and the bf16
+// inputs. Products of bf16 values run in bf16 (exact); those with fp32 scratch in TF32; the
+// state passes multiply bf16 copies of the state they carry in fp32 (as fla's kernels do). So the
+// precision is that of the fp32 reference up to TF32 rounding of the factors and the bf16
+// rounding of those copies.
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
 // dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
 //   PrepareRowsKernel     (rows * H / 8)       q, k rows (l2norm), beta (sigmoid), g (in-kernel
 //                                              gate); where q and k are read in place, the
 //                                              scalar step RowScalars instead
-//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U (chunk_delta_prepare.cuh)
+//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U, KD in the backward
+//                                              (chunk_delta_prepare.cuh)
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
 //   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM (chunk_delta_row_terms.cuh)
 //   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T; chunk_delta_wy_backward.cuh)
-//   RowGradsKernel        (chunks, H)          gradients of the normalised q and k, dG, db
+//   RowGradsKernel        (chunks, H)          gradients of the normalised q and k (dq, dk
+//                                              without the l2norm), dG, db
 //                                              (chunk_delta_row_grads.cuh)
 //   FinishRowsKernel      (chunks, H)          dq, dk (l2norm backward), dv, dbeta
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
@@ -118,6 +123,22 @@ __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaPa
     if (r < c.rows) {
       *reinterpret_cast<float4*>(to + r * row_stride) =
           *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+    }
+  }
+}
+
+// Rows [0, rows) of a 64 x 64 accumulator to fp32 global memory (dst at its row 0, column 0;
+// rows ld apart), straight from the registers: two adjacent columns per 8-byte store.
+__device__ inline void StoreAccRows(const Acc& acc, float* dst, int64_t ld, int rows) {
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
+      if (r < rows) {
+        *reinterpret_cast<float2*>(dst + r * ld + col) =
+            make_float2(acc.part[i].x[e], acc.part[i].x[e + 1]);
+      }
     }
   }
 }

@@ -51,19 +51,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     Acc out;
     out.Zero();
     tile::MmaTf32Acc64<false, true>(out, kBT, T, kLd, x, kLdT);
-    float* to = dst + Tok(p, c.row, h, dim) + col0;
-    const int64_t ld = int64_t{p.heads} * dim;
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-        if (r < c.rows) {
-          *reinterpret_cast<float2*>(to + r * ld + col) =
-              make_float2(out.part[i].x[e], out.part[i].x[e + 1]);
-        }
-      }
-    }
+    StoreAccRows(out, dst + Tok(p, c.row, h, dim) + col0, int64_t{p.heads} * dim, c.rows);
     __syncthreads();  // x and rows are free for the next slice
   };
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
