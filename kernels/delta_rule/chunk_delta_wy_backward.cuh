@@ -25,7 +25,7 @@ namespace flame::kernels::delta_chunk::tiles {
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* T = reinterpret_cast<float*>(smem4);  // kLd
-  float* x = T + kTile;                        // dW or dUt slice, then dT, then T^T Z; kLdT
+  float* x = T + kTile;                        // dW or dUt slice, then dT; kLdT
   float* y = x + kBT * kLdT;                   // Z; kLd
   float* G = y + kTile;
   float* beta = G + kBT;
