@@ -113,8 +113,6 @@ __global__ void __launch_bounds__(kThreads, 2)
     AsyncStateTile(dhs(j), d_states, p, c.global, h, k0, j * kBK);
   };
 
-  // Slices 0 and 1 are copied from the start; slice j + 1 (j >= 1) once slice j is in, into the
-  // stage slice j - 1 left.
   AsyncRows(xq, p.q, p.qk_strides, c, h, k0);
   AsyncRows(xk, p.k, p.qk_strides, c, h, k0);
   issue(0);
@@ -133,17 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   score.Zero();
   auto at = [](const bf16* t, int r, int col) { return ToFloat(t[r * kLdBf16 + col]); };
   float state_dot = 0.0f;
-  for (int j = 0; j < vs; ++j) {
-    if (j == 0) {
-      __pipeline_wait_prior(1);
-    } else {
-      __pipeline_wait_prior(0);
-    }
-    __syncthreads();  // slice j is in; every warp is done with slice j - 1's stage
-    if (j >= 1) {
-      if (j + 1 < vs) issue(j + 1);
-      __pipeline_commit();
-    }
+  StreamSlices(vs, issue, [&](int j) {
     tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(j), kLdBf16);
@@ -153,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2)
         state_dot += at(hs(j), r, col) * at(dhs(j), r, col);
       }
     }
-  }
+  });
 
   const float scale = p.scale;
   score.Transform(

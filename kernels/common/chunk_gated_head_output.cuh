@@ -66,8 +66,6 @@ __global__ void __launch_bounds__(kThreads, 3)
     AsyncStateTile(st(kk), states, p, c.global, h, kk * kBK, v0);
   };
 
-  // Slices 0 and 1 are copied from the start; slice kk + 1 (kk >= 1) once slice kk is in, into
-  // the stage slice kk - 1 left.
   issue(0);
   AsyncRows(rhs, kGradV ? p.d_o : p.v, p.v_strides, c, h, v0);
   __pipeline_commit();
@@ -79,20 +77,10 @@ __global__ void __launch_bounds__(kThreads, 3)
   tile::Acc64 score, acc;
   score.Zero();
   acc.Zero();
-  for (int kk = 0; kk < slices; ++kk) {
-    if (kk == 0) {
-      __pipeline_wait_prior(1);
-    } else {
-      __pipeline_wait_prior(0);
-    }
-    __syncthreads();  // slice kk is in; every warp is done with slice kk - 1's stage
-    if (kk >= 1) {
-      if (kk + 1 < slices) issue(kk + 1);
-      __pipeline_commit();
-    }
+  StreamSlices(slices, issue, [&](int kk) {
     tile::MmaBf16Acc64<true, false>(score, kBK, x(kk), kLdBf16, y(kk), kLdBf16);
     tile::MmaBf16Acc64<true, true>(acc, kBK, x(kk), kLdBf16, st(kk), kLdBf16);
-  }
+  });
   // The scores masked and decayed in registers, stored as the bf16 operand.
   const float scale = p.scale;
   score.Transform([&](int r, int col, float v) {

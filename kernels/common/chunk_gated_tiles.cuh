@@ -43,7 +43,7 @@ struct Chunk {
 };
 
 __device__ inline Chunk MakeChunk(int seq_index, const Seq& s, int index) {
-  return {seq_index, s.batch, s.bos + index * kBT, min(kBT, s.len - index * kBT),
+  return {seq_index, s.batch,      s.bos + index * kBT,  min(kBT, s.len - index * kBT),
           index,     s.num_chunks, s.first_chunk + index};
 }
 
@@ -77,8 +77,8 @@ __device__ inline float WarpSum(float x) {
 
 // dst[r][c] = row t0 + r, columns [col0, col0 + 64) of a [B,T,H,D] bf16 tensor; rows past `rows`
 // are zero. 16-byte loads: the launcher checks strides and pointers for 8-element alignment.
-__device__ inline void LoadRows(bf16* dst, const bf16* base, const TensorStrides& s,
-                                const Chunk& c, int h, int col0) {
+__device__ inline void LoadRows(bf16* dst, const bf16* base, const TensorStrides& s, const Chunk& c,
+                                int h, int col0) {
   for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
     const int r = idx / 8, c8 = idx % 8;
     uint4 val = make_uint4(0, 0, 0, 0);
@@ -126,6 +126,28 @@ __device__ inline void StoreAccRows(const tile::Acc64& acc, bf16* staging, bf16*
   }
 }
 
+// Streams n slices through two stages of shared memory: issue(j) copies slice j (cp.async) into
+// stage j % 2, and body(j) runs once slice j is in. The caller has committed two groups first:
+// slice 0 (with whatever else the block needs from the start) and slice 1 (empty where n = 1);
+// slice j + 1 (j >= 1) is issued once slice j is in, into the stage slice j - 1 left. So the
+// first two slices wait on memory together, and a later one's copy overlaps the slice before.
+template <typename Issue, typename Body>
+__device__ inline void StreamSlices(int n, Issue issue, Body body) {
+  for (int j = 0; j < n; ++j) {
+    if (j == 0) {
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();  // slice j is in; every warp is done with slice j - 1's stage
+    if (j >= 1) {
+      if (j + 1 < n) issue(j + 1);
+      __pipeline_commit();
+    }
+    body(j);
+  }
+}
+
 // A gate tile loads in two steps, called together by LoadGate: FetchGate reads the chunk's rows
 // into registers (channel gate: four threads per column, 16 rows each; head gate: one thread per
 // row), CommitGate scans them into G.
@@ -148,8 +170,8 @@ __device__ inline void FetchGate(GateRegs<kGate>& regs, const ChunkGatedParams& 
     const int r = threadIdx.x;
     regs.x[0] = 0.0f;
     if (r < c.rows) {
-      regs.x[0] = p.g_gamma != nullptr ? p.g_gamma[h]
-                                       : *RowPtr(p.g, p.g_strides, c.batch, c.t0 + r, h);
+      regs.x[0] =
+          p.g_gamma != nullptr ? p.g_gamma[h] : *RowPtr(p.g, p.g_strides, c.batch, c.t0 + r, h);
     }
   }
 }
