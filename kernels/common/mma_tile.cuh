@@ -232,6 +232,20 @@ struct Acc64 {
     for (int i = 0; i < 2; ++i) part[i].Store<kRound>(c + Row(i) * ldc + Col(), ldc);
     __syncwarp();
   }
+  // c = C^T (c[col * ldc + row] = C(row, col)), for a product formed transposed, as Store
+  // otherwise. A warp's stores of one register hit all 32 banks at ldc = 4 mod 32 (kLdF32).
+  template <bool kRound = false>
+  __device__ __forceinline__ void StoreTransposed(float* c, int ldc) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const float x = part[i].x[e];
+        c[ElementCol(e) * ldc + ElementRow(i, e)] = kRound ? RoundTf32(x) : x;
+      }
+    }
+    __syncwarp();
+  }
 };
 
 // acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are

@@ -3,9 +3,10 @@
 // with S the state entering the chunk (formulas in chunk_delta_steps.h).
 //
 // Every operand reaches shared memory by cp.async, with no pass through registers and no
-// conversion: the bf16 queries (the TF32 products read them as they are), the chunk's state
-// slices and Ut (their producers, the state pass, store TF32 values) and M (ChunkPrepare's TF32
-// values). The row factor gamma and the scale apply to the accumulators, not to the operands. The
+// conversion: the bf16 queries and chunk states (Q S is a bf16 product; the state pass stores
+// the bf16 copy of S it multiplies itself), Ut (the state pass stores TF32 values) and M
+// (ChunkPrepare's TF32 values). The row factor gamma and the scale apply to the accumulators, not
+// to the operands. The
 // queries and states go through two stages of 64-wide K slices (at K <= 128 every slice is in
 // flight at once); M, Ut and G arrive with the first stage.
 #pragma once
@@ -20,11 +21,10 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// Shared memory, in this order: two stages of a bf16 query tile (leading dimension kLdBf16) and
-// an fp32 state slice (kLd, read as the paired B operand: 68 = 4 mod 16), M (kLd, read as
-// stored), Ut (kLdT, the TF32 products' B operand), G.
+// Shared memory, in this order: two stages of a bf16 query tile and a bf16 state slice (leading
+// dimension kLdBf16), M (kLd, read as stored), Ut (kLdT, the TF32 products' B operand), G.
 constexpr int kOutputQueryBytes = kBf16Tile * 2;
-constexpr int kOutputStateBytes = kBT * kLd * 4;
+constexpr int kOutputStateBytes = kBf16Tile * 2;
 
 inline size_t OutputSmem() {
   return 2 * (kOutputQueryBytes + kOutputStateBytes) + kBT * kLd * 4 + kBT * kLdT * 4 + kBT * 4;
@@ -36,19 +36,19 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
   char* at = reinterpret_cast<char*>(smem4);
   bf16* q_stages = reinterpret_cast<bf16*>(at);
-  float* s_stages = reinterpret_cast<float*>(at + 2 * kOutputQueryBytes);
-  float* M = s_stages + 2 * kBT * kLd;
+  bf16* s_stages = reinterpret_cast<bf16*>(at + 2 * kOutputQueryBytes);
+  float* M = reinterpret_cast<float*>(at + 2 * (kOutputQueryBytes + kOutputStateBytes));
   float* ut = M + kBT * kLd;
   float* G = ut + kBT * kLdT;
   const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
   const Chunk c = LocateChunk(p, chunk);
-  const TokTilePieces query_pieces(int64_t{p.heads} * K);
+  const TokTilePieces query_pieces(int64_t{p.heads} * K), state_pieces(V);
   const bf16* q_chunk = TokPtr(b.s.qn, p, c, 0, h, K);
-  const float* s_chunk = b.s.S + State(p, chunk, h) + v0;
+  const bf16* s_chunk = b.s.S + State(p, chunk, h) + v0;
   // K slice j into stage j % 2.
   const auto issue_slice = [&](int j) {
     query_pieces.Issue(q_stages + j % 2 * kBf16Tile, q_chunk + j * kBT, c.rows, 1);
-    IssueMat<kLd>(s_stages + j % 2 * kBT * kLd, s_chunk + int64_t{j} * kBT * V, V);
+    state_pieces.Issue(s_stages + j % 2 * kBf16Tile, s_chunk + int64_t{j} * kBT * V, kBT, 1);
   };
   issue_slice(0);
   IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));
@@ -62,8 +62,8 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   for (int j = 0; j < nk; ++j) {
     __pipeline_wait_prior(1);  // slice j (and with it, for j = 0, M, Ut and G)
     __syncthreads();
-    tile::MmaBf16Tf32Acc64<true>(acc, kBT, q_stages + j % 2 * kBf16Tile, kLdBf16,
-                                 s_stages + j % 2 * kBT * kLd, kLd);
+    tile::MmaBf16Acc64<true, true>(acc, kBT, q_stages + j % 2 * kBf16Tile, kLdBf16,
+                                   s_stages + j % 2 * kBf16Tile, kLdBf16);
     if (j + 2 < nk) {
       __syncthreads();  // stage j % 2 is read
       issue_slice(j + 2);

@@ -9,12 +9,13 @@
 // to 3.01 ms per call on the H200). The first slice's block also computes dM; each block leaves
 // its part of <S, dS'>.
 //
-// Each V step copies its five tiles with cp.async, all in flight at once: the state pass stores
-// S, dS', Ut and dUt as TF32 values, so they land as operand tiles untouched; dO comes as bf16
-// and is widened in shared memory while the products that do not read it run. (Loaded through
-// registers, one tile after another, the step waited on five round trips to memory.) The
-// products accumulate in registers over V, so shared memory holds only the step's tiles: two
-// blocks per multiprocessor.
+// Each V step copies its five tiles with cp.async, all in flight at once: the chunk states S and
+// dS' (bf16, the state passes' copies) and dO (bf16) land as bf16 operand tiles, Ut and dUt (the
+// state passes store TF32 values) as fp32 ones, untouched. Every product has a bf16 operand: dO
+// S^T in bf16; dO Ut^T, and dW, dKd formed transposed (S dUt^T, dS' Ut^T) so that the bf16 tile
+// is the A side, as bf16 x TF32 products. (Loaded through registers, one tile after another, the
+// step waited on five round trips to memory.) The products accumulate in registers over V, so
+// shared memory holds only the step's tiles, and after the loop the four results' fp32 staging.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -27,76 +28,81 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// Five fp32 tiles (s, ds, dut, ut, d_o; leading dimension kLd) and dO's bf16 copy.
-inline size_t RowTermsSmem() { return 5 * kTile * sizeof(float) + kBf16Tile * 2; }
+// The V step's tiles (bf16 s, ds, d_o: leading dimension kLdBf16; fp32 dut, ut: kLdT, read as
+// transposed TF32 B operands), carved from the space of the four fp32 64 x 64 tiles (kLd) that
+// stage the results after the loop; then the warps' parts of <S, dS'>.
+constexpr int kRowTermsBf16Bytes = kBf16Tile * 2;
+constexpr int kRowTermsF32Bytes = kBT * kLdT * 4;
+static_assert(3 * kRowTermsBf16Bytes + 2 * kRowTermsF32Bytes <= 4 * kTile * 4,
+              "the step's tiles fit in the results' staging");
+inline size_t RowTermsSmem() { return 4 * kTile * sizeof(float) + kWarps * sizeof(float); }
 
 __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* s = reinterpret_cast<float*>(smem4);
-  float* ds = s + kTile;
-  float* dut = ds + kTile;
-  float* ut = dut + kTile;
-  float* d_o = ut + kTile;
-  bf16* d_o_in = reinterpret_cast<bf16*>(d_o + kTile);
+  char* at = reinterpret_cast<char*>(smem4);
+  bf16* s = reinterpret_cast<bf16*>(at);
+  bf16* ds = s + kBf16Tile;
+  bf16* d_o = ds + kBf16Tile;
+  float* dut = reinterpret_cast<float*>(at + 3 * kRowTermsBf16Bytes);
+  float* ut = dut + kBT * kLdT;
+  float* staged = reinterpret_cast<float*>(smem4);  // after the loop: dW, dKd, SdO, dM rows
+  float* warp_dots = staged + 4 * kTile;
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
   const int chunk = blockIdx.x / nk, slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.y;
   const bool first_slice = slice == 0;
   const Chunk c = LocateChunk(p, chunk);
-  const float* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
-  const float* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
+  const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
+  const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
   const float* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
   const float* ut_chunk = TokPtr(b.s.Ut, p, c, 0, h, V);
   const int64_t tok_stride = int64_t{p.heads} * V;
   const bf16* d_o_chunk = p.d_o + In(p.v_strides, c.batch, c.t0, h);
-  const TokTilePieces d_o_pieces(p.v_strides.token);
+  const TokTilePieces d_o_pieces(p.v_strides.token), state_pieces(V);
   float state_dot = 0.0f;
-  Acc dw, dkd, sdo, dm;
-  dw.Zero(), dkd.Zero(), sdo.Zero(), dm.Zero();
+  Acc dw_t, dkd_t, sdo, dm;  // -dW^T, dKd^T (K slice x chunk rows), SdO, dM / scale
+  dw_t.Zero(), dkd_t.Zero(), sdo.Zero(), dm.Zero();
   for (int v0 = 0; v0 < V; v0 += kBT) {
     // The tiles' earlier readers are behind the barrier that ended the previous step.
-    IssueMat<kLd>(s, S + v0, V);
-    IssueMat<kLd>(ds, dS + v0, V);
-    IssueTokF32<kLd>(dut, dut_chunk + v0, tok_stride, c.rows);
-    IssueTokF32<kLd>(ut, ut_chunk + v0, tok_stride, c.rows);
-    d_o_pieces.Issue(d_o_in, d_o_chunk + v0, c.rows, 1);
+    state_pieces.Issue(s, S + v0, kBT, 1);
+    state_pieces.Issue(ds, dS + v0, kBT, 1);
+    IssueTokF32<kLdT>(dut, dut_chunk + v0, tok_stride, c.rows);
+    IssueTokF32<kLdT>(ut, ut_chunk + v0, tok_stride, c.rows);
+    d_o_pieces.Issue(d_o, d_o_chunk + v0, c.rows, 1);
     __pipeline_commit();
     __pipeline_wait_prior(0);
     __syncthreads();
+    tile::MmaBf16Tf32Acc64<true, false>(dw_t, kBT, s, kLdBf16, dut, kLdT);
+    tile::MmaBf16Tf32Acc64<true, false>(dkd_t, kBT, ds, kLdBf16, ut, kLdT);
+    tile::MmaBf16Acc64<true, false>(sdo, kBT, d_o, kLdBf16, s, kLdBf16);
+    if (first_slice) tile::MmaBf16Tf32Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdT);
     for (int idx = threadIdx.x; idx < kBT * kBT / 2; idx += kThreads) {
-      const int r = idx / (kBT / 2), c2 = idx % (kBT / 2) * 2;
-      *reinterpret_cast<float2*>(d_o + r * kLd + c2) =
-          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(d_o_in + r * kLdBf16 + c2));
+      const int at2 = idx / (kBT / 2) * kLdBf16 + idx % (kBT / 2) * 2;
+      const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + at2));
+      const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ds + at2));
+      state_dot += x.x * y.x + x.y * y.y;
     }
-    Mma<false, true>(dw, dut, s);
-    Mma<false, true>(dkd, ut, ds);
-    for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-      state_dot += s[e / kBT * kLd + e % kBT] * ds[e / kBT * kLd + e % kBT];
-    }
-    __syncthreads();  // d_o is in
-    Mma<false, true>(sdo, d_o, s);
-    if (first_slice) Mma<false, true>(dm, d_o, ut);
     __syncthreads();
   }
-  // Staged through the (now free) input tiles: StoreTok writes only the chunk's rows. dW is read
-  // only as an operand (WYBackward copies it into an operand tile as it is): TF32 values.
-  dw.Scale(-1.0f);
-  dw.Store<true>(s, kLd);
-  dkd.Store(ds, kLd);
-  sdo.Store(dut, kLd);
-  if (first_slice) dm.Store(ut, kLd);
+  // Staged as rows: StoreTok writes only the chunk's rows. dW is read only as an operand
+  // (WYBackward copies it into an operand tile as it is): TF32 values.
+  dw_t.Scale(-1.0f);
+  dw_t.StoreTransposed<true>(staged, kLd);
+  dkd_t.StoreTransposed(staged + kTile, kLd);
+  sdo.Store(staged + 2 * kTile, kLd);
+  if (first_slice) dm.Store(staged + 3 * kTile, kLd);
   for (int off = 16; off > 0; off /= 2) state_dot += __shfl_xor_sync(0xffffffffu, state_dot, off);
-  float* warp_dots = d_o;
   if (threadIdx.x % 32 == 0) warp_dots[threadIdx.x / 32] = state_dot;
   __syncthreads();
-  StoreTok(b.s.dW, s, p, c, h, K, k0);
-  StoreTok(b.s.dKd, ds, p, c, h, K, k0);
-  StoreTok(b.s.SdO, dut, p, c, h, K, k0);
+  StoreTok(b.s.dW, staged, p, c, h, K, k0);
+  StoreTok(b.s.dKd, staged + kTile, p, c, h, K, k0);
+  StoreTok(b.s.SdO, staged + 2 * kTile, p, c, h, K, k0);
   if (first_slice) {
+    const float* dm_rows = staged + 3 * kTile;
     float* dM = b.s.dM + Mat(p, chunk, h);
     for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
       const int i = e / kBT, j = e % kBT;
-      dM[e] = i < c.rows && j <= i ? p.scale * ut[i * kLd + j] : 0.0f;
+      dM[e] = i < c.rows && j <= i ? p.scale * dm_rows[i * kLd + j] : 0.0f;
     }
   }
   if (threadIdx.x == 0) {

@@ -13,7 +13,9 @@
 // copies of the state (or its gradient) and of the update's right-hand sides: bf16 tensor-core
 // products, each operand fragment one ldmatrix. The state itself is carried, stored and summed
 // in fp32: only its copy for the next chunk's product is rounded (as fla's kernels round theirs);
-// the product with T (fp32) stays TF32. The WY factor W = T diag(beta gamma) K is never read: W S =
+// the product with T (fp32) stays TF32. That bf16 copy is also the per-chunk state (or gradient)
+// the later kernels read: copied from shared memory to the scratch in 16-byte pieces, half the
+// bytes of an fp32 store and a few instructions instead of a store per accumulator pair. The WY factor W = T diag(beta gamma) K is never read: W S =
 // T (diag(beta gamma) K S) and W^T x = K^T diag(beta gamma) T^T x take the 64 x 64 T and the keys
 // already on chip instead of a second K x 64 operand per chunk.
 //
@@ -119,15 +121,6 @@ struct StateTiles {
     }
     __syncwarp();
   }
-  // To the scratch copy of a K x V state (dst at column v0 of row 0; 8-byte aligned rows), as
-  // TF32 values: the per-chunk states are read only as operands (the kernels that read them
-  // copy them into operand tiles as they are).
-  __device__ void StoreScratch(float* dst, int v_dim, int nk) const {
-#pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].StoreGlobal<true>(dst + int64_t{Row(j)} * v_dim + WarpCol(), v_dim);
-    }
-  }
   __device__ void Scale(float f, int nk) {
 #pragma unroll
     for (int j = 0; j < kMaxKSlices; ++j) {
@@ -156,6 +149,18 @@ struct StateTiles {
     }
   }
 };
+
+// The block's K x 32 bf16 state copy (leading dimension kLdSb; complete: behind a barrier) to
+// the scratch's K x V state of the chunk (dst at the block's column of row 0), four 16-byte
+// pieces per row.
+__device__ inline void StoreStateCopy(bf16* dst, const bf16* copy, int v_dim, int k_dim) {
+  constexpr int kPieces = kBV / 8;
+  for (int idx = threadIdx.x; idx < k_dim * kPieces; idx += kThreads) {
+    const int r = idx / kPieces, c8 = idx % kPieces * 8;
+    *reinterpret_cast<uint4*>(dst + int64_t{r} * v_dim + c8) =
+        *reinterpret_cast<const uint4*>(copy + r * kLdSb + c8);
+  }
+}
 
 // ----------------------------------------------------------------------------------------------
 // A pass's copies: its sequence's chunk sources, and the tile sets they fill.
@@ -300,10 +305,10 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     // Earlier readers of s_copy, x_tile and ut_tile are behind the previous chunk's barriers
     // (and of the staging, behind the first swap).
     S.StoreBf16(s_copy, nk);
-    S.StoreScratch(b.s.S + src.StateAt(ci, K * V) + v0, V, nk);
     const WarpAcc16 u = u_next;
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
+    StoreStateCopy(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V, K);
     if (ci + 1 < seq.num_chunks) {
       issue(ci + 1, set(ci + 1));
       load_u(ci + 1, u_next);
@@ -416,9 +421,9 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers (and
     // of the staging, behind the first swap).
     dS.StoreBf16(ds_copy, nk);
-    dS.StoreScratch(b.s.dS + src.StateAt(ci, K * V) + v0, V, nk);
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles (but the split queries) are in; the other set is free
+    StoreStateCopy(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V, K);
     if (ci > 0) {
       const ChunkTiles next = set(it + 1);
       issue_keys(ci - 1, next);

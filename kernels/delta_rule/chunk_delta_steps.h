@@ -43,7 +43,8 @@ constexpr int kMaxKSlices = kMaxK / kBT;  // 64-wide slices of K
 constexpr float kL2NormEps = 1e-6f;
 constexpr float kSoftplusThreshold = 20.0f;
 
-// Scratch, carved from params.workspace: fp32 but for the bf16 qn and kn. Token tensors are
+// Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn and per-chunk states S, dS
+// (the bf16 copies the state passes multiply; see chunk_delta_state_pass.cuh). Token tensors are
 // [B*T, H, D] (flat token row r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states
 // are [chunks, H, K, V]. W = T diag(beta gamma) K has no scratch: the state passes form its
 // products from T and the keys.
@@ -60,9 +61,9 @@ struct Scratch {
   float* M;                 // chunk matrix: tril(Q K^T * D)
   float* U;                 // [R,H,V]
   float* Ut;                // [R,H,V]  the new values U - W S
-  float* S;                 // state entering each chunk
+  __nv_bfloat16* S;         // state entering each chunk (bf16)
   // backward
-  float* dS;          // gradient of the state leaving each chunk
+  __nv_bfloat16* dS;  // gradient of the state leaving each chunk (bf16)
   float* dUt;         // [R,H,V]
   float* dW;          // [R,H,K]
   float* dKd;         // [R,H,K]  gradient of the decayed keys, then (l2norm) the normalised k's

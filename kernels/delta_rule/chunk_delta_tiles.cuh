@@ -1,11 +1,11 @@
 // The tensor-core kernels of the chunked delta rule: every product of the chunk form (see
 // chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, with fp32
 // accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the bf16
-// queries and keys (the inputs, or their l2norm rounded as the inputs were) -- and the bf16
-// inputs. Products of bf16 values run in bf16 (exact); those with fp32 scratch in TF32; the
-// state passes multiply bf16 copies of the state they carry in fp32 (as fla's kernels do). So the
-// precision is that of the fp32 reference up to TF32 rounding of the factors and the bf16
-// rounding of those copies.
+// queries and keys (the inputs, or their l2norm rounded as the inputs were) and per-chunk states
+// -- and the bf16 inputs. Products of bf16 values run in bf16 (exact); those with fp32 scratch in
+// TF32; the state passes multiply bf16 copies of the state they carry in fp32 (as fla's kernels
+// do), and those copies are the per-chunk states the later kernels read. So the precision is that
+// of the fp32 reference up to TF32 rounding of the factors and the bf16 rounding of the states.
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
 // dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
