@@ -14,7 +14,7 @@ namespace flame::kernels::delta_chunk::tiles {
 // Per (chunk, head): the gradients of the normalised q and k of every row, with
 // dMD = dM * D (lower) and dAb = diag(beta) dA * D (strictly lower):
 //   dq = scale diag(gamma) SdO + dMD K
-//   dk = diag(exp(G_L - G)) dKd + diag(beta gamma) dX + dMD^T Q + dAb K + dAb^T K
+//   dk = diag(exp(G_L - G)) dKd + diag(beta gamma) dX + dMD^T Q + (dAb + dAb^T) K
 // written over SdO and dKd with the l2norm (FinishRowsKernel's input), else to dq and dk in
 // bf16; and per row, with P = dMD * (Q K^T), Qm = dAb * (K K^T),
 //   dG_i = scale gamma_i q_i.SdO_i - exp(G_L-G_i) k_i.dKd_i + beta_i gamma_i k_i.dX_i
@@ -22,8 +22,9 @@ namespace flame::kernels::delta_chunk::tiles {
 //          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
 //   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
 // P and Qm take Q K^T * D and K K^T * D from the chunk's M and KD (ChunkPrepare's), so the only
-// products are those of the gradients; dX is read straight into the row loop, so shared memory
-// holds six tiles: two blocks per multiprocessor. Each K slice's tiles arrive together
+// products are those of the gradients (three per K slice: the symmetric dAb + dAb^T takes the
+// two of dAb in one); dX is read straight into the row loop, so shared memory holds six tiles:
+// two blocks per multiprocessor. Each K slice's tiles arrive together
 // (cp.async for the fp32 ones, one batch of register loads for the bf16 ones): one wait on
 // memory per slice, not one per tile.
 __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
@@ -51,11 +52,19 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   if (threadIdx.x < kBT) q_sdo[threadIdx.x] = k_dkd[threadIdx.x] = k_dx[threadIdx.x] = 0.0f;
   __pipeline_wait_prior(0);
   __syncthreads();
+  // dab becomes dAb + dAb^T: the thread of a lower element writes it and its mirror (dA is
+  // strictly lower; no thread reads an element above the diagonal here).
   for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
     const int i = e / kBT, j = e % kBT;
     const float D = j <= i ? __expf(G[i] - G[j]) : 0.0f;
     dmd[i * kLd + j] = tile::RoundTf32(dmd[i * kLd + j] * D);
-    dab[i * kLd + j] = tile::RoundTf32(dab[i * kLd + j] * beta[i] * D);
+    if (j < i) {
+      const float x = tile::RoundTf32(dab[i * kLd + j] * beta[i] * D);
+      dab[i * kLd + j] = x;
+      dab[j * kLd + i] = x;
+    } else if (j == i) {
+      dab[i * kLd + i] = 0.0f;
+    }
   }
   const float G_last = G[c.rows - 1];
   // Four threads per row, 16 columns each, for the row dot products.
@@ -108,7 +117,6 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
       acc.Load(dk, kLd);
       Mma<true, false>(acc, dmd, q);
       Mma<false, false>(acc, dab, k);
-      Mma<true, false>(acc, dab, k);
       acc.Store(dk, kLd);
     }
     __syncthreads();
@@ -123,7 +131,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   }
   // P = dM * M and Qm = dA * diag(beta) KD (strictly lower: the diagonal cancels in the sums
   // below) over the q and k tiles, the beta terms dA * KD over dmd. dmd and dab hold dM * D and
-  // diag(beta) dA * D rounded for the products; these take the chunk matrices as stored.
+  // the symmetric diag(beta) dA * D, rounded for the products; these take the chunk matrices as
+  // stored.
   float* QK = q;
   float* KK = k;
   const int64_t mat = Mat(p, chunk, h);

@@ -187,30 +187,84 @@ __device__ inline void StoreState(float* dst, const float* src, int rows, int v_
   }
 }
 
-// T = (I + A)^-1 for strictly lower A (both tiles), by forward substitution down each column:
-// T_ij = -sum_{j <= m < i} A_im T_mj needs only column j of T, so the columns are independent
-// and no block barrier is needed between rows. Four lanes of a warp share a column j, lane
-// `part` holding T_mj for m = part, part + 4, ... in registers (zero above the diagonal); every
-// lane reads row i of A (a broadcast within the warp). Rows with A = 0 (past the chunk's end)
-// stay unit rows. Writes T (rounded to TF32: an operand); ends synchronised.
+// T = (I + A)^-1 for strictly lower A (both tiles, leading dimension kLd), in 16 x 16 blocks:
+// the four diagonal blocks by forward substitution side by side, then block row by block row
+//   R_ij = sum_{j <= k < i} A_ik T_kj,  T_ij = -T_ii R_ij   (block indices, j < i),
+// each a few dozen FMAs per thread between two barriers. (Forward substitution down all 64 rows
+// was 63 dependent steps, each reading a row of A per lane: the kernel's shared-memory pipe was
+// its limit.) Everything in fp32; rows with A = 0 (past the chunk's end) stay unit rows. Writes T
+// (rounded to TF32: an operand); ends synchronised.
+constexpr int kInvBlock = 16;
+constexpr int kInvBlocks = kBT / kInvBlock;
+
 __device__ inline void InvertUnitLower(float* T, const float* A) {
-  const int lane = threadIdx.x % 32, j = threadIdx.x / 32 * 8 + lane / 4, part = lane % 4;
-  float col[kBT / 4];
+  static_assert(kThreads == kInvBlocks * kInvBlock * 4, "four lanes per column of a block");
+  {
+    // Diagonal block d, column c: four lanes, lane `part` holding rows part, part + 4, ... of the
+    // column (zero above the diagonal); each step reads one row of the block of A (a broadcast).
+    const int d = threadIdx.x / (kInvBlock * 4), c = threadIdx.x / 4 % kInvBlock;
+    const int part = threadIdx.x % 4, o = d * kInvBlock;
+    float col[kInvBlock / 4];
 #pragma unroll
-  for (int t = 0; t < kBT / 4; ++t) col[t] = part + 4 * t == j ? 1.0f : 0.0f;
+    for (int t = 0; t < kInvBlock / 4; ++t) col[t] = part + 4 * t == c ? 1.0f : 0.0f;
 #pragma unroll
-  for (int i = 1; i < kBT; ++i) {
-    float acc = 0.0f;
+    for (int i = 1; i < kInvBlock; ++i) {
+      float acc = 0.0f;
 #pragma unroll
-    for (int t = 0; 4 * t < i; ++t) {
-      if (part + 4 * t < i) acc += A[i * kLd + part + 4 * t] * col[t];
+      for (int t = 0; 4 * t < i; ++t) {
+        if (part + 4 * t < i) acc += A[(o + i) * kLd + o + part + 4 * t] * col[t];
+      }
+      acc += __shfl_xor_sync(0xffffffffu, acc, 1);
+      acc += __shfl_xor_sync(0xffffffffu, acc, 2);
+      if (c < i && part == i % 4) col[i / 4] = -acc;
     }
-    acc += __shfl_xor_sync(0xffffffffu, acc, 1);
-    acc += __shfl_xor_sync(0xffffffffu, acc, 2);
-    if (j < i && part == i % 4) col[i / 4] = -acc;
-  }
 #pragma unroll
-  for (int t = 0; t < kBT / 4; ++t) T[(part + 4 * t) * kLd + j] = tile::RoundTf32(col[t]);
+    for (int t = 0; t < kInvBlock / 4; ++t) T[(o + part + 4 * t) * kLd + o + c] = col[t];
+  }
+  __syncthreads();
+  // Block rows 1..3: thread (r, c) of each 16 x 16 block. R_ij waits in block (j, i) of T, above
+  // the diagonal, which is zero at the end.
+  const int r = threadIdx.x / kInvBlock, c = threadIdx.x % kInvBlock;
+#pragma unroll
+  for (int i = 1; i < kInvBlocks; ++i) {
+    const float* a_row = A + (i * kInvBlock + r) * kLd;
+#pragma unroll
+    for (int j = 0; j < i; ++j) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int k = j; k < i; ++k) {
+#pragma unroll
+        for (int m4 = 0; m4 < kInvBlock; m4 += 4) {
+          const float4 a = *reinterpret_cast<const float4*>(a_row + k * kInvBlock + m4);
+          const float* t_col = T + (k * kInvBlock + m4) * kLd + j * kInvBlock + c;
+          acc += a.x * t_col[0] + a.y * t_col[kLd] + a.z * t_col[2 * kLd] + a.w * t_col[3 * kLd];
+        }
+      }
+      T[(j * kInvBlock + r) * kLd + i * kInvBlock + c] = acc;
+    }
+    __syncthreads();
+    const float* t_row = T + (i * kInvBlock + r) * kLd + i * kInvBlock;
+    float out[kInvBlocks - 1];
+#pragma unroll
+    for (int j = 0; j < i; ++j) {
+      float acc = 0.0f;
+#pragma unroll
+      for (int m4 = 0; m4 < kInvBlock; m4 += 4) {
+        const float4 t = *reinterpret_cast<const float4*>(t_row + m4);
+        const float* r_col = T + (j * kInvBlock + m4) * kLd + i * kInvBlock + c;
+        acc += t.x * r_col[0] + t.y * r_col[kLd] + t.z * r_col[2 * kLd] + t.w * r_col[3 * kLd];
+      }
+      out[j] = -acc;
+    }
+#pragma unroll
+    for (int j = 0; j < i; ++j) T[(i * kInvBlock + r) * kLd + j * kInvBlock + c] = out[j];
+    __syncthreads();
+  }
+  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    const int row = e / kBT, col = e % kBT;
+    float& x = T[row * kLd + col];
+    x = row / kInvBlock < col / kInvBlock ? 0.0f : tile::RoundTf32(x);
+  }
   __syncthreads();
 }
 
