@@ -394,6 +394,26 @@ struct Tf32PairedBOperandT {
   }
 };
 
+// The same permutation with the operands' roles swapped: an fp32 A of TF32 values, A(i, l) =
+// a[i * lda + l], whose a0, a2 (a1, a3) of row i (i + 8) are a[i][2t], a[i][2t + 1], one 8-byte
+// load (lda = 8 mod 32 is conflict-free); and a bf16 B, B(l, j) = b[l * ldb + j], whose
+// ldmatrix.trans pairs (rows 2t, 2t + 1 of a 16-row step) unpack into the b0, b1 of the step's
+// two TF32 k steps.
+struct Tf32PairedAOperand {
+  uint32_t base;
+  int lda;
+  __device__ __forceinline__ Tf32PairedAOperand(const float* a, int lda_) : lda(lda_) {
+    const int lane = threadIdx.x % 32;
+    base = ptx::SharedAddr(a + lane / 4 * lda + lane % 4 * 2);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    const float2 lo = ptx::LoadShared2(base + 4 * l);
+    const float2 hi = ptx::LoadShared2(base + 4 * (l + 8 * lda));
+    f[0] = __float_as_uint(lo.x), f[2] = __float_as_uint(lo.y);
+    f[1] = __float_as_uint(hi.x), f[3] = __float_as_uint(hi.y);
+  }
+};
+
 // acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 and B fp32 of TF32 values
 // (layout flags as Mma; B row-major conflict-free at ldb = 4 mod 16, the transposed B at 8 mod
 // 32); kd a multiple of 16. The two TF32 k steps of each bf16 fragment load share the B loader.
@@ -417,6 +437,32 @@ __device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16*
       bo.Load(fb, l0 + 8 * s);
       MmaStep(acc.part[0], fa0[s], fb);
       MmaStep(acc.part[1], fa1[s], fb);
+    }
+  }
+}
+
+// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A row-major fp32 of TF32 values (lda = 8
+// mod 32) and B a row-major bf16 tile; kd a multiple of 16. For a product whose fp32 factor is
+// the left one: no widened copy of the bf16 tile, one ldmatrix per 16 k for B.
+__device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float* a, int lda,
+                                                 const bf16* b, int ldb) {
+  const Bf16BOperand<true> bo(b + Acc64::Col(), ldb);
+  const Tf32PairedAOperand a0(a + Acc64::Row(0) * lda, lda);
+  const Tf32PairedAOperand a1(a + Acc64::Row(1) * lda, lda);
+#pragma unroll 2
+  for (int l0 = 0; l0 < kd; l0 += 16) {
+    uint32_t pairs[4];
+    bo.Load(pairs, l0);
+#pragma unroll
+    for (int s = 0; s < 2; ++s) {
+      // pairs[s], pairs[2 + s]: columns g and g + 8 at rows 8s + 2t, 8s + 2t + 1.
+      const uint32_t fb[4] = {pairs[s] << 16, pairs[s] & 0xffff0000u, pairs[2 + s] << 16,
+                              pairs[2 + s] & 0xffff0000u};
+      uint32_t fa0[4], fa1[4];
+      a0.Load(fa0, l0 + 8 * s);
+      a1.Load(fa1, l0 + 8 * s);
+      MmaStep(acc.part[0], fa0, fb);
+      MmaStep(acc.part[1], fa1, fb);
     }
   }
 }

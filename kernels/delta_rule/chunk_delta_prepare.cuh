@@ -15,24 +15,27 @@ namespace flame::kernels::delta_chunk::tiles {
 // (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
 // goes to the scratch from the registers (and in the backward's recompute KD =
 // strict_tril(KK * D), for RowGrads); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
-// (stored); U = T diag(beta) V, stored from the registers. Shared memory: two fp32 tiles (A,
-// then diag(beta) V; T), G and beta, and the rows' bf16 tiles (q and k; then V's slices), 72 KB
-// at K = V = 128 (three blocks per SM).
+// (stored); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V,
+// each slice an fp32 x bf16 product of the scaled T and the rows' tile as copied, stored from
+// the registers. Shared memory: two fp32 tiles (A, then the scaled T; T), G and beta, and the
+// rows' bf16 tiles (k, and q where V's slices land once q is used), 73 KB at K = V = 128 (three
+// blocks per SM).
 // Why: the earlier form loaded q and k through registers into fp32 tiles, one 64-wide slice per
 // step with two barriers, for TF32 products (four operand loads per product where bf16 needs
 // one), and staged M and U through a third tile: 620 us per call at (2,16384,16,128).
 __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* y = reinterpret_cast<float*>(smem4);
-  float* T = y + kTile;
+  float* y = reinterpret_cast<float*>(smem4);  // A (leading dimension kLd), then T diag(f) (kLdT)
+  float* T = y + kBT * kLdT;
   float* G = T + kTile;
   float* beta = G + kBT;
   bf16* rows = reinterpret_cast<bf16*>(beta + kBT);
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y, nk = p.k_dim / kBT;
   const Chunk c = LocateChunk(p, chunk);
-  bf16* q_tiles = rows;
-  bf16* k_tiles = rows + nk * kBf16Tile;
+  bf16* k_tiles = rows;
+  bf16* q_tiles = rows + nk * kBf16Tile;
+  bf16* v_tiles = q_tiles;
   {
     const TokTilePieces pieces(int64_t{p.heads} * p.k_dim);
     pieces.Issue(q_tiles, b.s.qn + Tok(p, c.row, h, p.k_dim), c.rows, nk);
@@ -74,44 +77,48 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
       }
     }
   }
-  __syncthreads();  // A is in y; no warp reads the q and k tiles any more
+  __syncthreads();  // A is in y; no warp reads the q tiles any more
   {
     const TokTilePieces v_pieces(p.v_strides.token);
     const bf16* v_chunk = p.v + In(p.v_strides, c.batch, c.t0, h);
     for (int j = 0; j < p.v_dim / kBT; ++j) {
-      v_pieces.Issue(rows + j * kBf16Tile, v_chunk + j * kBT, c.rows, 1);
+      v_pieces.Issue(v_tiles + j * kBf16Tile, v_chunk + j * kBT, c.rows, 1);
     }
     __pipeline_commit();
   }
   InvertUnitLower(T, y);
   StoreMat(b.s.T + Mat(p, chunk, h), T);
-  // U, one 64-wide slice at a time: diag(beta) V into y, the product from the registers to the
-  // scratch rows. (W = T diag(beta gamma) K is not stored: the state passes form its products
-  // from T and the keys.)
-  __pipeline_wait_prior(0);  // V
-  float* U = b.s.U + Tok(p, c.row, h, p.v_dim);
-  const int64_t ld_u = int64_t{p.heads} * p.v_dim;
-  for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
-    __syncthreads();  // V is in; y's readers (the inverse, the last product) are done
-    const bf16* v = rows + v0 / kBT * kBf16Tile;
-    for (int idx = threadIdx.x; idx < kBT * kBT / 2; idx += kThreads) {
-      const int r = idx / (kBT / 2), c2 = idx % (kBT / 2) * 2;
-      const float2 x2 =
-          __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(v + r * kLdBf16 + c2));
-      *reinterpret_cast<float2*>(y + r * kLd + c2) =
-          make_float2(tile::RoundTf32(beta[r] * x2.x), tile::RoundTf32(beta[r] * x2.y));
+  // T diag(f) into y (TF32; its earlier readers are behind the last barrier), then dst = T
+  // diag(f) X for each 64-wide slice of the rows' tiles x, from the registers to the scratch.
+  const auto scale_t = [&](auto column_factor) {
+    for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+      const int i = e / kBT, m = e % kBT;
+      y[i * kLdT + m] = tile::RoundTf32(T[i * kLd + m] * column_factor(m));
     }
-    __syncthreads();
-    Acc u;
-    u.Zero();
-    Mma<false, false>(u, T, y);
-    StoreAccRows(u, U + v0, ld_u, c.rows);
-  }
+  };
+  const auto store_t_times = [&](const bf16* x, int slices, auto* dst, int64_t ld) {
+    for (int j = 0; j < slices; ++j) {
+      Acc acc;
+      acc.Zero();
+      tile::MmaTf32Bf16Acc64(acc, kBT, y, kLdT, x + j * kBf16Tile, kLdBf16);
+      StoreAccRows(acc, dst + j * kBT, ld, c.rows);
+    }
+  };
+  scale_t([&](int m) { return beta[m] * __expf(G[m]); });
+  __syncthreads();
+  store_t_times(k_tiles, nk, b.s.W + Tok(p, c.row, h, p.k_dim), int64_t{p.heads} * p.k_dim);
+  __pipeline_wait_prior(0);  // V
+  __syncthreads();           // V is in; y's readers are done
+  scale_t([&](int m) { return beta[m]; });
+  __syncthreads();
+  store_t_times(v_tiles, p.v_dim / kBT, b.s.U + Tok(p, c.row, h, p.v_dim),
+                int64_t{p.heads} * p.v_dim);
 }
 
+// The rows' tiles: k, then q, where V's slices land (past the end of q where V > K).
 inline size_t ChunkPrepareSmem(int k_dim, int v_dim) {
-  const int row_tiles = 2 * k_dim / kBT > v_dim / kBT ? 2 * k_dim / kBT : v_dim / kBT;
-  return (2 * kTile + 2 * kBT) * sizeof(float) + row_tiles * kBf16Tile * 2;
+  const int nk = k_dim / kBT, row_tiles = nk + (nk > v_dim / kBT ? nk : v_dim / kBT);
+  return (kBT * kLdT + kTile + 2 * kBT) * sizeof(float) + row_tiles * kBf16Tile * 2;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -8,16 +8,19 @@
 // (cp.async) while the chunk before is computed: two sets of tile buffers, one being read, one
 // being filled, and one block barrier per chunk orders the swap.
 //
-// The chunk's K x 64 operands are the keys and queries, kept in bf16 (half the copy, half the
-// shared memory; without the l2norm they are the inputs, exact). The products over K take bf16
-// copies of the state (or its gradient) and of the update's right-hand sides: bf16 tensor-core
-// products, each operand fragment one ldmatrix. The state itself is carried, stored and summed
-// in fp32: only its copy for the next chunk's product is rounded (as fla's kernels round theirs);
-// the product with T (fp32) stays TF32. That bf16 copy is also the per-chunk state (or gradient)
-// the later kernels read: copied from shared memory to the scratch in 16-byte pieces, half the
-// bytes of an fp32 store and a few instructions instead of a store per accumulator pair. The WY factor W = T diag(beta gamma) K is never read: W S =
-// T (diag(beta gamma) K S) and W^T x = K^T diag(beta gamma) T^T x take the 64 x 64 T and the keys
-// already on chip instead of a second K x 64 operand per chunk.
+// The chunk's K x 64 operands are the keys, the queries and W = T diag(beta gamma) K (written by
+// ChunkPrepare), all bf16 (half the copy, half the shared memory; without the l2norm the keys and
+// queries are the inputs, exact). The products over K take bf16 copies of the state (or its
+// gradient) and of the update's right-hand sides: bf16 tensor-core products, each operand
+// fragment one ldmatrix, as fla's kernels do. The state itself is carried, stored and summed in
+// fp32: only its copy for the next chunk's products is rounded. That bf16 copy is also the
+// per-chunk state (or gradient) the later kernels read: copied from shared memory to the scratch
+// in 16-byte pieces, half the bytes of an fp32 store and a few instructions instead of a store
+// per accumulator pair. With W on chip, W S and W^T dUt are single products, so a chunk takes two
+// barriers forward and three backward. (Formed from T and the keys -- W S = T (diag(beta gamma) K
+// S) -- they took a third product, with its own barrier, per chunk. At (1, 8192, 96, 128) on the
+// H200 the forward pass went from 868 to 672 us and the backward from 1543 to 1387, for 722 ->
+// 880 us of ChunkPrepare, which writes W.)
 //
 // Each warp owns fixed 16 x 16 tiles of the state and of the chunk's 64 x 32 products and
 // accumulates them in registers; a product whose operand another warp wrote needs a barrier.
@@ -200,69 +203,60 @@ struct SeqSources {
   }
 };
 
-// One chunk's tiles in shared memory. The forward reads the keys and T; the backward the keys,
-// the queries, M, T and dO. Carved in this order from a byte offset (every part a multiple of 16
-// bytes).
+// One chunk's tiles in shared memory: the forward reads the keys, W and G; the backward the keys,
+// the queries, W, M, dO and G. The forward's are carved in that order from one byte offset; the
+// backward's from three (the keys; the queries and W; M, dO and G), double-buffered apart (see
+// StateBackwardKernel). Every part a multiple of 16 bytes.
 struct ChunkTiles {
-  bf16* k;      // nk tiles
-  bf16* q;      // nk tiles (backward)
-  float* M;     // 64 x kLdT (backward)
-  float* T;     // 64 x kLd (forward), 64 x kLdT (backward)
-  bf16* d_o;    // 64 x 32 (backward)
-  float* G;     // 64
-  float* beta;  // 64
+  bf16* k;    // nk tiles
+  bf16* w;    // nk tiles
+  bf16* q;    // nk tiles (backward)
+  float* M;   // 64 x kLdT (backward)
+  bf16* d_o;  // 64 x 32 (backward)
+  float* G;   // 64
 
-  static constexpr int kScalarBytes = 2 * kBT * sizeof(float);
+  static constexpr int kGBytes = kBT * sizeof(float);
   __host__ __device__ static int KeyBytes(int nk) { return nk * kBf16Tile * 2; }
-  __host__ __device__ static int ForwardBytes(int nk) {
-    return KeyBytes(nk) + kBT * kLd * 4 + kScalarBytes;
-  }
-  // The backward's parts other than the keys.
-  __host__ __device__ static int BackwardRestBytes(int nk) {
-    return KeyBytes(nk) + 2 * kBT * kLdT * 4 + kBT * kBV * 2 + kScalarBytes;
+  __host__ __device__ static int ForwardBytes(int nk) { return 2 * KeyBytes(nk) + kGBytes; }
+  __host__ __device__ static int QueryBytes(int nk) { return 2 * KeyBytes(nk); }  // q and W
+  __host__ __device__ static constexpr int RestBytes() {
+    return kBT * kLdT * 4 + kBT * kBV * 2 + kGBytes;
   }
   __device__ static ChunkTiles Forward(char* at, int nk) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(at);
-    t.T = reinterpret_cast<float*>(at + KeyBytes(nk));
-    t.G = t.T + kBT * kLd;
-    t.beta = t.G + kBT;
+    t.w = reinterpret_cast<bf16*>(at + KeyBytes(nk));
+    t.G = reinterpret_cast<float*>(at + 2 * KeyBytes(nk));
     return t;
   }
-  // The keys at `keys`, the rest at `rest`.
-  __device__ static ChunkTiles Backward(char* keys, char* rest, int nk) {
+  __device__ static ChunkTiles Backward(char* keys, char* queries, char* rest, int nk) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(keys);
-    t.q = reinterpret_cast<bf16*>(rest);
-    t.M = reinterpret_cast<float*>(rest + KeyBytes(nk));
-    t.T = t.M + kBT * kLdT;
-    t.d_o = reinterpret_cast<bf16*>(t.T + kBT * kLdT);
+    t.q = reinterpret_cast<bf16*>(queries);
+    t.w = reinterpret_cast<bf16*>(queries + KeyBytes(nk));
+    t.M = reinterpret_cast<float*>(rest);
+    t.d_o = reinterpret_cast<bf16*>(t.M + kBT * kLdT);
     t.G = reinterpret_cast<float*>(t.d_o + kBT * kBV);
-    t.beta = t.G + kBT;
     return t;
   }
 };
 
-// The lane's row factors of a chunk, from its G and beta in shared memory.
-__device__ __forceinline__ float BetaGamma(const ChunkTiles& t, int r) {
-  return t.beta[r] * __expf(t.G[r]);
-}
+// The lane's key decay exp(G_L - G_r) from the chunk's G in shared memory.
 __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int r) {
   return __expf(G_last - t.G[r]);
 }
 
 // ----------------------------------------------------------------------------------------------
-// Forward: per chunk, in order, with X = diag(beta gamma) K S,
-//   S[chunk] = S;  Ut = U - T X;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
-// Three barriers per chunk: the swap of tile sets, X, and the decayed new values.
-// The products over K take bf16 copies of S and of the decayed new values.
+// Forward: per chunk, in order,
+//   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
+// Two barriers per chunk: the swap of tile sets, and the decayed new values (bf16, the update's
+// right-hand side).
 __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  float* x_tile = reinterpret_cast<float*>(smem4);              // X (TF32), 64 x kLdV
-  bf16* s_copy = reinterpret_cast<bf16*>(x_tile + kBT * kLdV);  // S (bf16), K x kLdSb
-  bf16* ut_tile = s_copy + K * kLdSb;  // decayed new values (bf16), 64 x kLdSb
+  bf16* s_copy = reinterpret_cast<bf16*>(smem4);  // S (bf16), K x kLdSb
+  bf16* ut_tile = s_copy + K * kLdSb;             // decayed new values (bf16), 64 x kLdSb
   char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdSb);
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
@@ -274,15 +268,14 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
-  const TokTilePieces keys(int64_t{p.heads} * K);
+  const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys and of W
   const int64_t ld_v = int64_t{p.heads} * V;
   const int ra = LaneRow(), rb = ra + 8;
   const auto issue = [&](int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
-    keys.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, nk);
-    IssueMat<kLd>(t.T, b.s.T + src.MatAt(ci));
-    IssueRowScalars(t.G, t.beta, b.s.G + src.TokAt(ci, 1), b.s.bt + src.TokAt(ci, 1), p.heads,
-                    rows);
+    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, nk);
+    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), rows, nk);
+    IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   // U of a chunk goes straight to the lane's registers, one chunk ahead.
   const auto load_u = [&](int ci, WarpAcc16& u) {
@@ -302,8 +295,8 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const int rows = src.Rows(ci);
     const ChunkTiles t = set(ci);
-    // Earlier readers of s_copy, x_tile and ut_tile are behind the previous chunk's barriers
-    // (and of the staging, behind the first swap).
+    // Earlier readers of s_copy and ut_tile are behind the previous chunk's barriers (and of the
+    // staging, behind the first swap).
     S.StoreBf16(s_copy, nk);
     const WarpAcc16 u = u_next;
     __pipeline_wait_prior(0);
@@ -314,15 +307,9 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
       load_u(ci + 1, u_next);
     }
     __pipeline_commit();
-    WarpAcc16 x;
-    x.Zero();
-    StateTiles::ProductBf16(x, t.k, s_copy, nk);
-    ScaleRows(x, BetaGamma(t, ra), BetaGamma(t, rb));
-    x.Store<true>(x_tile + WarpRow() * kLdV + WarpCol(), kLdV);
-    __syncthreads();
     WarpAcc16 ut;  // W S, then the new values
     ut.Zero();
-    tile::MmaTf32Warp16<true, true>(ut, kBT, t.T + WarpRow() * kLd, kLd, x_tile + WarpCol(), kLdV);
+    StateTiles::ProductBf16(ut, t.w, s_copy, nk);
 #pragma unroll
     for (int e = 0; e < 8; ++e) ut.x[e] = u.x[e] - ut.x[e];
     StoreRows(b.s.Ut + src.TokAt(ci, V) + v0, ld_v, ut, rows);
@@ -345,39 +332,38 @@ inline size_t StateForwardSmem(int k_dim) {
   const int nk = k_dim / kBT;
   static_assert(kBT * kLdS * sizeof(float) <= kBf16Tile * sizeof(bf16),
                 "64 rows of the fp32 state staging fit in one key tile of a set");
-  return kBT * kLdV * sizeof(float) + (k_dim + kBT) * kLdSb * sizeof(bf16) +
-         2 * ChunkTiles::ForwardBytes(nk);
+  return (k_dim + kBT) * kLdSb * sizeof(bf16) + 2 * ChunkTiles::ForwardBytes(nk);
 }
 
 // ----------------------------------------------------------------------------------------------
-// Backward: per chunk, in reverse, with dS the gradient of the state leaving the chunk and
-// Z = diag(beta gamma) T^T (-dUt):
+// Backward: per chunk, in reverse, with dS the gradient of the state leaving the chunk:
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + M^T (scale dO);
-//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) + K^T Z          (K^T Z = -W^T dUt).
-// Four barriers per chunk: the swap, the dO tiles, -dUt, Z. The products over K take bf16 copies
-// of dS, of scale diag(gamma) dO and of Z.
+//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) - W^T dUt.
+// Three barriers per chunk: the swap, the dO tiles, -dUt. The products over K take bf16 copies
+// of dS, of scale diag(gamma) dO and of -dUt.
 //
 // kSplit (where two full tile sets do not fit in a block's shared memory: K = 256 on the H200,
-// 270 KB unsplit, 194 KB split; K = 128 on the A100, 188 KB unsplit): only the keys are
-// double-buffered; the queries go into their one buffer at the start of their own chunk (they
-// are needed last), M, T, dO, G and beta into theirs once the chunk before is done with them (at
-// the Z barrier), a chunk's last step ahead of their first use.
+// 301 KB unsplit, 206 KB split; K = 128 on the A100, 183 KB unsplit): only the keys are
+// double-buffered; the queries and W go into their one buffer at the start of their own chunk
+// (they are needed last), M, dO and G into theirs once the chunk before is done with them (at its
+// last barrier), a chunk's last step ahead of their first use.
 template <bool kSplit>
 __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  float* d_o = reinterpret_cast<float*>(smem4);               // scale dO (TF32), 64 x kLdV; then Z
-  bf16* z = reinterpret_cast<bf16*>(d_o);                     // Z (bf16), 64 x kLdSb
-  float* dut = d_o + kBT * kLdV;                              // -dUt (TF32), 64 x kLdV
-  bf16* ds_copy = reinterpret_cast<bf16*>(dut + kBT * kLdV);  // dS (bf16), K x kLdSb
+  float* d_o = reinterpret_cast<float*>(smem4);               // scale dO (TF32), 64 x kLdV
+  bf16* ds_copy = reinterpret_cast<bf16*>(d_o + kBT * kLdV);  // dS (bf16), K x kLdSb
   bf16* d_og = ds_copy + K * kLdSb;  // scale diag(gamma) dO (bf16), 64 x kLdSb
-  char* keys_at = reinterpret_cast<char*>(d_og + kBT * kLdSb);
-  const int key_bytes = ChunkTiles::KeyBytes(nk), rest_bytes = ChunkTiles::BackwardRestBytes(nk);
-  char* rest_at = keys_at + 2 * key_bytes;
+  bf16* dut = d_og + kBT * kLdSb;    // -dUt (bf16), 64 x kLdSb
+  char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdSb);
+  const int key_bytes = ChunkTiles::KeyBytes(nk), query_bytes = ChunkTiles::QueryBytes(nk);
+  char* queries_at = keys_at + 2 * key_bytes;
+  char* rest_at = queries_at + (kSplit ? 1 : 2) * query_bytes;
   const auto set = [&](int i) {  // as in the forward
-    return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes,
-                                rest_at + (kSplit ? 0 : (i & 1) * rest_bytes), nk);
+    const int buffer = kSplit ? 0 : i & 1;
+    return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes, queries_at + buffer * query_bytes,
+                                rest_at + buffer * ChunkTiles::RestBytes(), nk);
   };
   // The initial and final gradients pass through fp32 K x kLdS staging in the keys of set 1,
   // which no chunk's copy fills before the first swap or after the last chunk.
@@ -385,23 +371,22 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
-  const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys and of the queries
+  const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys, the queries and W
   const bf16* d_o0 = p.d_o + In(p.v_strides, seq.batch, seq.bos, h) + v0;  // chunk 0's row 0
   const int64_t ld_v = int64_t{p.heads} * V;
   const int ra = LaneRow(), rb = ra + 8;
   const auto issue_keys = [&](int ci, const ChunkTiles& t) {
     rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), nk);
   };
-  const auto issue_queries = [&](int ci, const ChunkTiles& t) {
+  const auto issue_queries = [&](int ci, const ChunkTiles& t) {  // and W
     rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), nk);
+    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), src.Rows(ci), nk);
   };
   const auto issue_rest = [&](int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
     IssueMat<kLdT>(t.M, b.s.M + src.MatAt(ci));
-    IssueMat<kLdT>(t.T, b.s.T + src.MatAt(ci));
     IssueInV(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
-    IssueRowScalars(t.G, t.beta, b.s.G + src.TokAt(ci, 1), b.s.bt + src.TokAt(ci, 1), p.heads,
-                    rows);
+    IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   const int last = seq.num_chunks - 1;
   if (last >= 0) {
@@ -422,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     // of the staging, behind the first swap).
     dS.StoreBf16(ds_copy, nk);
     __pipeline_wait_prior(0);
-    __syncthreads();  // this chunk's tiles (but the split queries) are in; the other set is free
+    __syncthreads();  // this chunk's tiles (but the split queries and W) are in; the other set is free
     StoreStateCopy(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V, K);
     if (ci > 0) {
       const ChunkTiles next = set(it + 1);
@@ -452,14 +437,8 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     tile::MmaTf32Warp16<false, true>(du, kBT, t.M + WarpRow(), kLdT, d_o + WarpCol(), kLdV);
     StoreRows(b.s.dUt + src.TokAt(ci, V) + v0, ld_v, du, rows);
     du.Scale(-1.0f);
-    du.Store<true>(dut + WarpRow() * kLdV + WarpCol(), kLdV);
-    __syncthreads();
-    WarpAcc16 y;  // T^T (-dUt), then Z
-    y.Zero();
-    tile::MmaTf32Warp16<false, true>(y, kBT, t.T + WarpRow(), kLdT, dut + WarpCol(), kLdV);
-    ScaleRows(y, BetaGamma(t, ra), BetaGamma(t, rb));
-    y.StoreBf16(z + WarpRow() * kLdSb + WarpCol(), kLdSb);  // d_o's reads are behind the barrier
-    if (kSplit) __pipeline_wait_prior(0);                   // the queries
+    du.StoreBf16(dut + WarpRow() * kLdSb + WarpCol(), kLdSb);
+    if (kSplit) __pipeline_wait_prior(0);  // the queries and W
     __syncthreads();
     if (kSplit) {
       if (ci > 0) issue_rest(ci - 1, t);
@@ -467,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     }
     dS.Scale(expf(G_last), nk);
     dS.AddTransposedProductBf16(t.q, d_og, nk);
-    dS.AddTransposedProductBf16(t.k, z, nk);
+    dS.AddTransposedProductBf16(t.w, dut, nk);
   }
   if (p.d_initial_state) {
     __syncthreads();  // the last chunk's readers of its keys are done
@@ -479,8 +458,9 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
 
 inline size_t StateBackwardSmem(int k_dim, bool split) {
   const int nk = k_dim / kBT;
-  return 2 * kBT * kLdV * sizeof(float) + (k_dim + kBT) * kLdSb * sizeof(bf16) +
-         2 * ChunkTiles::KeyBytes(nk) + (split ? 1 : 2) * ChunkTiles::BackwardRestBytes(nk);
+  return kBT * kLdV * sizeof(float) + (k_dim + 2 * kBT) * kLdSb * sizeof(bf16) +
+         2 * ChunkTiles::KeyBytes(nk) +
+         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes());
 }
 
 inline void (*StateBackwardFor(bool split))(StepBase) {

@@ -46,8 +46,7 @@ constexpr float kSoftplusThreshold = 20.0f;
 // Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn and per-chunk states S, dS
 // (the bf16 copies the state passes multiply; see chunk_delta_state_pass.cuh). Token tensors are
 // [B*T, H, D] (flat token row r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states
-// are [chunks, H, K, V]. W = T diag(beta gamma) K has no scratch: the state passes form its
-// products from T and the keys.
+// are [chunks, H, K, V].
 struct Scratch {
   // forward
   __nv_bfloat16* q_rows;    // [R,H,K]  copies of q and k for the recurrence (normalised with the
@@ -59,6 +58,7 @@ struct Scratch {
   float* G;                 // [R,H]    chunk-local inclusive cumsum of g
   float* T;                 // chunk matrix: (I + A)^-1
   float* M;                 // chunk matrix: tril(Q K^T * D)
+  __nv_bfloat16* W;         // [R,H,K]  W = T diag(beta gamma) K (bf16), for the state passes
   float* U;                 // [R,H,V]
   float* Ut;                // [R,H,V]  the new values U - W S
   __nv_bfloat16* S;         // state entering each chunk (bf16)
@@ -175,7 +175,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     x.qn = x.q_rows, x.kn = x.k_rows;
   }
   take(&x.bt, R), take(&x.g, R), take(&x.G, R);
-  take(&x.T, mat), take(&x.M, mat);
+  take(&x.T, mat), take(&x.M, mat), take(&x.W, R * K);
   take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
     take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);

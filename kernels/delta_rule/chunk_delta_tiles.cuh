@@ -12,7 +12,7 @@
 //   PrepareRowsKernel     (rows * H / 8)       q, k rows (l2norm), beta (sigmoid), g (in-kernel
 //                                              gate); where q and k are read in place, the
 //                                              scalar step RowScalars instead
-//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, U, KD in the backward
+//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U, KD in the backward
 //                                              (chunk_delta_prepare.cuh)
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
@@ -33,6 +33,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
@@ -127,17 +128,21 @@ __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaPa
   }
 }
 
-// Rows [0, rows) of a 64 x 64 accumulator to fp32 global memory (dst at its row 0, column 0;
-// rows ld apart), straight from the registers: two adjacent columns per 8-byte store.
-__device__ inline void StoreAccRows(const Acc& acc, float* dst, int64_t ld, int rows) {
+// Rows [0, rows) of a 64 x 64 accumulator to fp32 or (rounded) bf16 global memory (dst at its
+// row 0, column 0; rows ld apart), straight from the registers: two adjacent columns per store.
+template <typename Out>
+__device__ inline void StoreAccRows(const Acc& acc, Out* dst, int64_t ld, int rows) {
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
       const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-      if (r < rows) {
-        *reinterpret_cast<float2*>(dst + r * ld + col) =
-            make_float2(acc.part[i].x[e], acc.part[i].x[e + 1]);
+      if (r >= rows) continue;
+      const float a = acc.part[i].x[e], b = acc.part[i].x[e + 1];
+      if constexpr (std::is_same_v<Out, float>) {
+        *reinterpret_cast<float2*>(dst + r * ld + col) = make_float2(a, b);
+      } else {
+        *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + col) = __floats2bfloat162_rn(a, b);
       }
     }
   }
