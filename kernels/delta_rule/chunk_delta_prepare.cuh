@@ -15,11 +15,11 @@ namespace flame::kernels::delta_chunk::tiles {
 // (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
 // goes to the scratch from the registers (and in the backward's recompute KD =
 // strict_tril(KK * D), for RowGrads); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
-// (stored); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V,
-// each slice an fp32 x bf16 product of the scaled T and the rows' tile as copied, stored from
-// the registers. Shared memory: two fp32 tiles (A, then the scaled T; T), G and beta, and the
-// rows' bf16 tiles (k, and q where V's slices land once q is used), 73 KB at K = V = 128 (three
-// blocks per SM).
+// (stored by the backward's recompute, for WYBackward); W = T diag(beta gamma) K (bf16, the
+// state passes' operand) and U = T diag(beta) V, each slice an fp32 x bf16 product of the scaled
+// T and the rows' tile as copied, stored from the registers. Shared memory: two fp32 tiles (A,
+// then the scaled T; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices land
+// once q is used), 73 KB at K = V = 128 (three blocks per SM).
 // Why: the earlier form loaded q and k through registers into fp32 tiles, one 64-wide slice per
 // step with two barriers, for TF32 products (four operand loads per product where bf16 needs
 // one), and staged M and U through a third tile: 620 us per call at (2,16384,16,128).
@@ -87,13 +87,15 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     __pipeline_commit();
   }
   InvertUnitLower(T, y);
-  StoreMat(b.s.T + Mat(p, chunk, h), T);
-  // T diag(f) into y (TF32; its earlier readers are behind the last barrier), then dst = T
-  // diag(f) X for each 64-wide slice of the rows' tiles x, from the registers to the scratch.
-  const auto scale_t = [&](auto column_factor) {
-    for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-      const int i = e / kBT, m = e % kBT;
-      y[i * kLdT + m] = tile::RoundTf32(T[i * kLd + m] * column_factor(m));
+  if (b.s.T != nullptr) StoreMat(b.s.T + Mat(p, chunk, h), T);  // the backward (WYBackward)
+  // T diag(f) into y (TF32; its earlier readers are behind the last barrier), each thread one
+  // column m with its factor f, then dst = T diag(f) X for each 64-wide slice of the rows' tiles
+  // x, from the registers to the scratch.
+  const int m = threadIdx.x % kBT;
+  const auto scale_t = [&](float f) {
+#pragma unroll
+    for (int i = threadIdx.x / kBT; i < kBT; i += kThreads / kBT) {
+      y[i * kLdT + m] = tile::RoundTf32(T[i * kLd + m] * f);
     }
   };
   const auto store_t_times = [&](const bf16* x, int slices, auto* dst, int64_t ld) {
@@ -104,12 +106,12 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
       StoreAccRows(acc, dst + j * kBT, ld, c.rows);
     }
   };
-  scale_t([&](int m) { return beta[m] * __expf(G[m]); });
+  scale_t(beta[m] * __expf(G[m]));
   __syncthreads();
   store_t_times(k_tiles, nk, b.s.W + Tok(p, c.row, h, p.k_dim), int64_t{p.heads} * p.k_dim);
   __pipeline_wait_prior(0);  // V
   __syncthreads();           // V is in; y's readers are done
-  scale_t([&](int m) { return beta[m]; });
+  scale_t(beta[m]);
   __syncthreads();
   store_t_times(v_tiles, p.v_dim / kBT, b.s.U + Tok(p, c.row, h, p.v_dim),
                 int64_t{p.heads} * p.v_dim);

@@ -56,13 +56,13 @@ struct Scratch {
   float* bt;                // [R,H]    beta
   float* g;                 // [R,H]    log decay (0 for the ungated rule)
   float* G;                 // [R,H]    chunk-local inclusive cumsum of g
-  float* T;                 // chunk matrix: (I + A)^-1
   float* M;                 // chunk matrix: tril(Q K^T * D)
   __nv_bfloat16* W;         // [R,H,K]  W = T diag(beta gamma) K (bf16), for the state passes
   float* U;                 // [R,H,V]
   float* Ut;                // [R,H,V]  the new values U - W S
   __nv_bfloat16* S;         // state entering each chunk (bf16)
   // backward
+  float* T;           // chunk matrix: (I + A)^-1 (the forward keeps it on chip)
   __nv_bfloat16* dS;  // gradient of the state leaving each chunk (bf16)
   float* dUt;         // [R,H,V]
   float* dW;          // [R,H,K]
@@ -175,10 +175,10 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     x.qn = x.q_rows, x.kn = x.k_rows;
   }
   take(&x.bt, R), take(&x.g, R), take(&x.G, R);
-  take(&x.T, mat), take(&x.M, mat), take(&x.W, R * K);
+  take(&x.M, mat), take(&x.W, R * K);
   take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
-    take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
+    take(&x.T, mat), take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
     take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
     take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.db, R);
     take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);

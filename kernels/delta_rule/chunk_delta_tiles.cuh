@@ -265,8 +265,9 @@ __device__ inline void InvertUnitLower(float* T, const float* A) {
     for (int j = 0; j < i; ++j) T[(i * kInvBlock + r) * kLd + j * kInvBlock + c] = out[j];
     __syncthreads();
   }
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
-    const int row = e / kBT, col = e % kBT;
+  const int col = threadIdx.x % kBT;  // a fixed column per thread: no index arithmetic per element
+#pragma unroll
+  for (int row = threadIdx.x / kBT; row < kBT; row += kThreads / kBT) {
     float& x = T[row * kLd + col];
     x = row / kInvBlock < col / kInvBlock ? 0.0f : tile::RoundTf32(x);
   }

@@ -24,10 +24,12 @@ namespace flame::kernels::delta_chunk::tiles {
 // (1,8192,96,128).
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* T = reinterpret_cast<float*>(smem4);  // kLd
-  float* x = T + kTile;                        // dW or dUt slice, then dT; kLdT
-  float* y = x + kBT * kLdT;                   // Z; kLd
-  float* G = y + kTile;
+  // Leading dimension kLdT throughout: T is read transposed as the A operand of the slices'
+  // products, Z and the slices as row-major B operands (8 mod 32: conflict-free).
+  float* T = reinterpret_cast<float*>(smem4);
+  float* x = T + kBT * kLdT;  // dW or dUt slice, then dT
+  float* y = x + kBT * kLdT;  // Z
+  float* G = y + kBT * kLdT;
   float* beta = G + kBT;
   bf16* rows = reinterpret_cast<bf16*>(beta + kBT);  // the slice's k or v rows
   const ChunkDeltaParams& p = b.p;
@@ -35,7 +37,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   const Chunk c = LocateChunk(p, chunk);
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
                   c.rows);
-  IssueMat<kLd>(T, b.s.T + Mat(p, chunk, h));
+  IssueMat<kLdT>(T, b.s.T + Mat(p, chunk, h));
   __pipeline_commit();
   const TokTilePieces k_pieces(int64_t{p.heads} * p.k_dim);
   const TokTilePieces v_pieces(p.v_strides.token);
@@ -50,7 +52,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     tile::MmaBf16Tf32Acc64<true, false>(dTt, kBT, rows, kLdBf16, x, kLdT);
     Acc out;
     out.Zero();
-    tile::MmaTf32Acc64<false, true>(out, kBT, T, kLd, x, kLdT);
+    tile::MmaTf32Acc64<false, true>(out, kBT, T, kLdT, x, kLdT);
     StoreAccRows(out, dst + Tok(p, c.row, h, dim) + col0, int64_t{p.heads} * dim, c.rows);
     __syncthreads();  // x and rows are free for the next slice
   };
@@ -77,13 +79,13 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   __syncthreads();
   Acc z;  // Z = dT T^T
   z.Zero();
-  tile::MmaTf32Acc64<true, false>(z, kBT, x, kLdT, T, kLd);
+  tile::MmaTf32Acc64<true, false>(z, kBT, x, kLdT, T, kLdT);
   z.RoundToTf32();
-  z.Store(y, kLd);
+  z.Store(y, kLdT);
   __syncthreads();
   Acc tz;  // T^T Z
   tz.Zero();
-  Mma<true, false>(tz, T, y);
+  tile::MmaTf32Acc64<false, true>(tz, kBT, T, kLdT, y, kLdT);
   float* dA = b.s.dA + Mat(p, chunk, h);
   tz.Transform([&](int r, int col, float v) {
     dA[r * kBT + col] = r < c.rows && col < r ? -v : 0.0f;
@@ -92,7 +94,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
 }
 
 inline size_t WYBackwardSmem() {
-  return (2 * kTile + kBT * kLdT + 2 * kBT) * sizeof(float) + kBf16Tile * sizeof(bf16);
+  return (3 * kBT * kLdT + 2 * kBT) * sizeof(float) + kBf16Tile * sizeof(bf16);
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles
