@@ -101,21 +101,6 @@ struct WarpAcc16 {
       }
     }
   }
-  // To global memory (c 8-byte aligned, ldc even); with kRound rounded to TF32, for a copy that
-  // is only ever read as an operand.
-  template <bool kRound = false>
-  __device__ __forceinline__ void StoreGlobal(float* c, int64_t ldc) const {
-    float* own = c + LaneRow() * ldc + LaneCol();
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-#pragma unroll
-      for (int half = 0; half < 2; ++half) {
-        const float a = x[4 * h + 2 * half], b = x[4 * h + 2 * half + 1];
-        *reinterpret_cast<float2*>(own + half * 8 * ldc + h * 8) =
-            kRound ? make_float2(RoundTf32(a), RoundTf32(b)) : make_float2(a, b);
-      }
-    }
-  }
 };
 
 // Operand fragments of one warp's 16 x 16 x 8 product step, read from shared memory. Each loader

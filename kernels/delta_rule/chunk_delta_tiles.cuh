@@ -50,13 +50,8 @@ constexpr int kLdT = kBT + 8;
 constexpr int kTile = kBT * kLd;  // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
 
-// acc += A B for 64 x 64 tiles, C in registers (tile::Acc64); kAT / kBTr: the operand is the
-// transpose of the stored tile.
+// A 64 x 64 product accumulated in registers (the products themselves: tile::Mma*Acc64).
 using Acc = tile::Acc64;
-template <bool kAT, bool kBTr>
-__device__ __forceinline__ void Mma(Acc& acc, const float* a, const float* b) {
-  tile::MmaTf32Acc64<!kAT, !kBTr>(acc, kBT, a, kLd, b, kLd);
-}
 
 // ----------------------------------------------------------------------------------------------
 // Tile moves between global memory and shared memory (float4 / 16-byte accesses; the launcher
@@ -83,35 +78,6 @@ __device__ inline void StoreBf16x4(__nv_bfloat16* dst, float4 v) {
 }
 __device__ inline float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
-}
-
-// Two 64 x 64 tiles of bf16 [R,H,dim] scratch (qn and kn), columns [col0, col0 + 64), as fp32
-// (exact: no rounding). Every load is issued before any store, so the pair waits on one round
-// trip to memory; one tile after the other waits on two (the compiler keeps a load behind a
-// shared store that might alias it).
-__device__ inline void LoadTokPair(float* dst_a, const __nv_bfloat16* src_a, float* dst_b,
-                                   const __nv_bfloat16* src_b, const ChunkDeltaParams& p,
-                                   const Chunk& c, int h, int dim, int col0) {
-  constexpr int kRows = kBT / (kThreads / 16);
-  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
-  const int64_t row_stride = int64_t{p.heads} * dim;
-  const int64_t first = Tok(p, c.row, h, dim) + col0 + c4;
-  float4 a[kRows], b[kRows];
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int r = r0 + i * (kThreads / 16);
-    a[i] = b[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    if (r < c.rows) {
-      a[i] = LoadBf16x4(src_a + first + r * row_stride);
-      b[i] = LoadBf16x4(src_b + first + r * row_stride);
-    }
-  }
-#pragma unroll
-  for (int i = 0; i < kRows; ++i) {
-    const int r = r0 + i * (kThreads / 16);
-    *reinterpret_cast<float4*>(dst_a + r * kLd + c4) = a[i];
-    *reinterpret_cast<float4*>(dst_b + r * kLd + c4) = b[i];
-  }
 }
 
 __device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaParams& p,
