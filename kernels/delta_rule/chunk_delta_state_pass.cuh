@@ -407,7 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     // of the staging, behind the first swap).
     dS.StoreBf16(ds_copy, nk);
     __pipeline_wait_prior(0);
-    __syncthreads();  // this chunk's tiles (but the split queries and W) are in; the other set is free
+    __syncthreads();  // this chunk's tiles (but split-mode q and W) are in; the other set is free
     StoreStateCopy(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V, K);
     if (ci > 0) {
       const ChunkTiles next = set(it + 1);

@@ -178,8 +178,9 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   take(&x.M, mat), take(&x.W, R * K);
   take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
-    take(&x.T, mat), take(&x.dS, state), take(&x.dUt, R * V), take(&x.dW, R * K), take(&x.dKd, R * K);
-    take(&x.SdO, R * K), take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
+    take(&x.T, mat), take(&x.dS, state), take(&x.dUt, R * V);
+    take(&x.dW, R * K), take(&x.dKd, R * K), take(&x.SdO, R * K);
+    take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
     take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.db, R);
     take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);
   }
