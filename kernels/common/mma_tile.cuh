@@ -383,19 +383,15 @@ struct Tf32PairedBOperandT {
 // a[i * lda + l], whose a0, a2 (a1, a3) of row i (i + 8) are a[i][2t], a[i][2t + 1], one 8-byte
 // load (lda = 8 mod 32 is conflict-free); and a bf16 B, B(l, j) = b[l * ldb + j], whose
 // ldmatrix.trans pairs (rows 2t, 2t + 1 of a 16-row step) unpack into the b0, b1 of the step's
-// two TF32 k steps.
+// two TF32 k steps. The A loads are those of Tf32PairedBOperandT (rows g and g + 8 of the tile,
+// columns 2t, 2t + 1), their values in the A fragment's order.
 struct Tf32PairedAOperand {
-  uint32_t base;
-  int lda;
-  __device__ __forceinline__ Tf32PairedAOperand(const float* a, int lda_) : lda(lda_) {
-    const int lane = threadIdx.x % 32;
-    base = ptx::SharedAddr(a + lane / 4 * lda + lane % 4 * 2);
-  }
+  Tf32PairedBOperandT rows;
+  __device__ __forceinline__ Tf32PairedAOperand(const float* a, int lda) : rows(a, lda) {}
   __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
-    const float2 lo = ptx::LoadShared2(base + 4 * l);
-    const float2 hi = ptx::LoadShared2(base + 4 * (l + 8 * lda));
-    f[0] = __float_as_uint(lo.x), f[2] = __float_as_uint(lo.y);
-    f[1] = __float_as_uint(hi.x), f[3] = __float_as_uint(hi.y);
+    uint32_t r[4];  // row g: r[0], r[1]; row g + 8: r[2], r[3]
+    rows.Load(r, l);
+    f[0] = r[0], f[2] = r[1], f[1] = r[2], f[3] = r[3];
   }
 };
 
