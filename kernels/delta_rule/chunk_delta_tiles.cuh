@@ -7,8 +7,9 @@
 // do), and those copies are the per-chunk states the later kernels read. So the precision is that
 // of the fp32 reference up to TF32 rounding of the factors and the bf16 rounding of the states.
 //
-// Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 fp32 tiles (leading
-// dimension 68) and loop over K and V in 64-wide slices (K, V multiples of 64; K <= 256). Grids:
+// Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 tiles (fp32: leading
+// dimension 68 or 72, see kLd and kLdT; bf16: 72) and loop over K and V in 64-wide slices (K, V
+// multiples of 64; K <= 256). Grids:
 //   PrepareRowsKernel     (rows * H / 8)       q, k rows (l2norm), beta (sigmoid), g (in-kernel
 //                                              gate); where q and k are read in place, the
 //                                              scalar step RowScalars instead
@@ -43,9 +44,10 @@ namespace flame::kernels::delta_chunk::tiles {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank conflicts
-// 64-wide fp32 tiles read as TF32 B operands or transposed A operands: four 32-bit loads per
-// fragment, conflict-free at a leading dimension of 8 mod 32 (kLd suits those read as stored:
-// ldmatrix, and the row pairs of the bf16 x TF32 products).
+// 64-wide fp32 tiles read as TF32 B operands or transposed A operands (four 32-bit loads per
+// fragment), or by the paired 8-byte loads of the fp32 x bf16 and transposed-B products:
+// conflict-free at a leading dimension of 8 mod 32. (kLd suits those read as stored: ldmatrix,
+// and the row pairs of the row-major B of the bf16 x TF32 products.)
 constexpr int kLdT = kBT + 8;
 constexpr int kTile = kBT * kLd;  // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
