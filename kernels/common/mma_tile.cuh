@@ -395,6 +395,20 @@ struct Tf32PairedAOperand {
   }
 };
 
+// The transposed fp32 A, A(i, l) = a[l * lda + i], with the same permutation: a0, a2 (a1, a3)
+// of row i (i + 8) are a[2t][i], a[2t + 1][i] (i + 8) -- Tf32PairedBOperand's loads (rows 2t and
+// 2t + 1, columns g and g + 8), their values in the A fragment's order. lda = 4 mod 16 is
+// conflict-free.
+struct Tf32PairedAOperandT {
+  Tf32PairedBOperand cols;
+  __device__ __forceinline__ Tf32PairedAOperandT(const float* a, int lda) : cols(a, lda) {}
+  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+    uint32_t c[4];  // column g: c[0], c[1]; column g + 8: c[2], c[3]
+    cols.Load(c, l);
+    f[0] = c[0], f[2] = c[1], f[1] = c[2], f[3] = c[3];
+  }
+};
+
 // acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 and B fp32 of TF32 values
 // (layout flags as Mma; B row-major conflict-free at ldb = 4 mod 16, the transposed B at 8 mod
 // 32); kd a multiple of 16. The two TF32 k steps of each bf16 fragment load share the B loader.
@@ -422,14 +436,17 @@ __device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16*
   }
 }
 
-// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A row-major fp32 of TF32 values (lda = 8
-// mod 32) and B a row-major bf16 tile; kd a multiple of 16. For a product whose fp32 factor is
-// the left one: no widened copy of the bf16 tile, one ldmatrix per 16 k for B.
+// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A fp32 of TF32 values (row-major: lda =
+// 8 mod 32; kARowMajor false, A(i, l) = a[l * lda + i]: lda = 4 mod 16) and B a row-major bf16
+// tile; kd a multiple of 16. For a product whose fp32 factor is the left one: no widened copy of
+// the bf16 tile, one ldmatrix per 16 k for B.
+template <bool kARowMajor = true>
 __device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float* a, int lda,
                                                  const bf16* b, int ldb) {
+  using AOperand = std::conditional_t<kARowMajor, Tf32PairedAOperand, Tf32PairedAOperandT>;
   const Bf16BOperand<true> bo(b + Acc64::Col(), ldb);
-  const Tf32PairedAOperand a0(a + Acc64::Row(0) * lda, lda);
-  const Tf32PairedAOperand a1(a + Acc64::Row(1) * lda, lda);
+  const AOperand a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
+  const AOperand a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
 #pragma unroll 2
   for (int l0 = 0; l0 < kd; l0 += 16) {
     uint32_t pairs[4];

@@ -4,11 +4,10 @@
 //
 // Every operand reaches shared memory by cp.async, with no pass through registers and no
 // conversion: the bf16 queries and chunk states (Q S is a bf16 product; the state pass stores
-// the bf16 copy of S it multiplies itself), Ut (the state pass stores TF32 values) and M
-// (ChunkPrepare's TF32 values). The row factor gamma and the scale apply to the accumulators, not
-// to the operands. The
-// queries and states go through two stages of 64-wide K slices (at K <= 128 every slice is in
-// flight at once); M, Ut and G arrive with the first stage.
+// the bf16 copy of S it multiplies itself), the bf16 Ut and M (ChunkPrepare's TF32 values; M Ut
+// is an fp32 x bf16 product). The row factor gamma and the scale apply to the accumulators, not
+// to the operands. The queries and states go through two stages of 64-wide K slices (at K <= 128
+// every slice is in flight at once); M, Ut and G arrive with the first stage.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -22,12 +21,12 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 // Shared memory, in this order: two stages of a bf16 query tile and a bf16 state slice (leading
-// dimension kLdBf16), M (kLd, read as stored), Ut (kLdT, the TF32 products' B operand), G.
+// dimension kLdBf16), M (kLdT, the paired A loads of the fp32 x bf16 product), Ut (bf16), G.
 constexpr int kOutputQueryBytes = kBf16Tile * 2;
 constexpr int kOutputStateBytes = kBf16Tile * 2;
 
 inline size_t OutputSmem() {
-  return 2 * (kOutputQueryBytes + kOutputStateBytes) + kBT * kLd * 4 + kBT * kLdT * 4 + kBT * 4;
+  return 2 * (kOutputQueryBytes + kOutputStateBytes) + kBT * kLdT * 4 + kBf16Tile * 2 + kBT * 4;
 }
 
 __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
@@ -38,11 +37,12 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   bf16* q_stages = reinterpret_cast<bf16*>(at);
   bf16* s_stages = reinterpret_cast<bf16*>(at + 2 * kOutputQueryBytes);
   float* M = reinterpret_cast<float*>(at + 2 * (kOutputQueryBytes + kOutputStateBytes));
-  float* ut = M + kBT * kLd;
-  float* G = ut + kBT * kLdT;
+  bf16* ut = reinterpret_cast<bf16*>(M + kBT * kLdT);
+  float* G = reinterpret_cast<float*>(ut + kBf16Tile);
   const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
   const Chunk c = LocateChunk(p, chunk);
-  const TokTilePieces query_pieces(int64_t{p.heads} * K), state_pieces(V);
+  const TokTilePieces query_pieces(int64_t{p.heads} * K), state_pieces(V),
+      ut_pieces(int64_t{p.heads} * V);
   const bf16* q_chunk = TokPtr(b.s.qn, p, c, 0, h, K);
   const bf16* s_chunk = b.s.S + State(p, chunk, h) + v0;
   // K slice j into stage j % 2.
@@ -51,8 +51,8 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
     state_pieces.Issue(s_stages + j % 2 * kBf16Tile, s_chunk + int64_t{j} * kBT * V, kBT, 1);
   };
   issue_slice(0);
-  IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));
-  IssueTokF32<kLdT>(ut, TokPtr(b.s.Ut, p, c, 0, h, V) + v0, int64_t{p.heads} * V, c.rows);
+  IssueMat<kLdT>(M, b.s.M + Mat(p, chunk, h));
+  ut_pieces.Issue(ut, TokPtr(b.s.Ut, p, c, 0, h, V) + v0, c.rows, 1);
   IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
   __pipeline_commit();
   if (nk > 1) issue_slice(1);
@@ -71,7 +71,7 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
     __pipeline_commit();
   }
   acc.Transform([&](int r, int, float x) { return x * __expf(G[r]); });
-  tile::MmaTf32Acc64<true, true>(acc, kBT, M, kLd, ut, kLdT);
+  tile::MmaTf32Bf16Acc64(acc, kBT, M, kLdT, ut, kLdBf16);
   acc.Scale(p.scale);
   // Out through the first query stage, in 16-byte row pieces.
   __syncthreads();

@@ -16,13 +16,13 @@ namespace flame::kernels::delta_chunk::tiles {
 // goes to the scratch from the registers (and in the backward's recompute KD =
 // strict_tril(KK * D), for RowGrads); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
 // (stored by the backward's recompute, for WYBackward); W = T diag(beta gamma) K (bf16, the
-// state passes' operand) and U = T diag(beta) V, each slice an fp32 x bf16 product of the scaled
-// T and the rows' tile as copied, stored from the registers. Shared memory: two fp32 tiles (A,
-// then the scaled T; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices land
-// once q is used), 73 KB at K = V = 128 (three blocks per SM).
-// Why: the earlier form loaded q and k through registers into fp32 tiles, one 64-wide slice per
-// step with two barriers, for TF32 products (four operand loads per product where bf16 needs
-// one), and staged M and U through a third tile: 620 us per call at (2,16384,16,128).
+// state passes' operand) and U = T diag(beta) V (bf16 too), each slice an fp32 x bf16 product of
+// the scaled T and the rows' tile as copied, stored from the registers. Shared memory: two fp32
+// tiles (A, then the scaled T; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices
+// land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form loaded q
+// and k through registers into fp32 tiles, one 64-wide slice per step with two barriers, for TF32
+// products (four operand loads per product where bf16 needs one), and staged M and U through a
+// third tile: 620 us per call at (2,16384,16,128).
 __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* y = reinterpret_cast<float*>(smem4);  // A (leading dimension kLd), then T diag(f) (kLdT)

@@ -9,13 +9,13 @@
 // to 3.01 ms per call on the H200). The first slice's block also computes dM; each block leaves
 // its part of <S, dS'>.
 //
-// Each V step copies its five tiles with cp.async, all in flight at once: the chunk states S and
-// dS' (bf16, the state passes' copies) and dO (bf16) land as bf16 operand tiles, Ut and dUt (the
-// state passes store TF32 values) as fp32 ones, untouched. Every product has a bf16 operand: dO
-// S^T in bf16; dO Ut^T, and dW, dKd formed transposed (S dUt^T, dS' Ut^T) so that the bf16 tile
-// is the A side, as bf16 x TF32 products. (Loaded through registers, one tile after another, the
-// step waited on five round trips to memory.) The products accumulate in registers over V, so
-// shared memory holds only the step's tiles, and after the loop the four results' fp32 staging.
+// Each V step copies its five bf16 tiles with cp.async, all in flight at once: the chunk states
+// S and dS' (the state passes' copies), dO, Ut and dUt, and every product is a bf16 product. dW
+// and dKd are formed transposed (S dUt^T, dS' Ut^T) as the earlier bf16 x TF32 products needed
+// and kept so: the A side is the state slice either way. (Loaded through registers, one tile after
+// another, the step waited on five round trips to memory.) The products accumulate in registers
+// over V, so shared memory holds only the step's tiles, and after the loop the four results' fp32
+// staging.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,13 +28,10 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// The V step's tiles (bf16 s, ds, d_o: leading dimension kLdBf16; fp32 dut, ut: kLdT, read as
-// transposed TF32 B operands), carved from the space of the four fp32 64 x 64 tiles (kLd) that
-// stage the results after the loop; then the warps' parts of <S, dS'>.
-constexpr int kRowTermsBf16Bytes = kBf16Tile * 2;
-constexpr int kRowTermsF32Bytes = kBT * kLdT * 4;
-static_assert(3 * kRowTermsBf16Bytes + 2 * kRowTermsF32Bytes <= 4 * kTile * 4,
-              "the step's tiles fit in the results' staging");
+// The V step's five bf16 tiles (s, ds, d_o, ut, dut; leading dimension kLdBf16), carved from the
+// space of the four fp32 64 x 64 tiles (kLd) that stage the results after the loop; then the
+// warps' parts of <S, dS'>.
+static_assert(5 * kBf16Tile * 2 <= 4 * kTile * 4, "the step's tiles fit in the results' staging");
 inline size_t RowTermsSmem() { return 4 * kTile * sizeof(float) + kWarps * sizeof(float); }
 
 __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
@@ -43,8 +40,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   bf16* s = reinterpret_cast<bf16*>(at);
   bf16* ds = s + kBf16Tile;
   bf16* d_o = ds + kBf16Tile;
-  float* dut = reinterpret_cast<float*>(at + 3 * kRowTermsBf16Bytes);
-  float* ut = dut + kBT * kLdT;
+  bf16* ut = d_o + kBf16Tile;
+  bf16* dut = ut + kBf16Tile;
   float* staged = reinterpret_cast<float*>(smem4);  // after the loop: dW, dKd, SdO, dM rows
   float* warp_dots = staged + 4 * kTile;
   const ChunkDeltaParams& p = b.p;
@@ -54,11 +51,12 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   const Chunk c = LocateChunk(p, chunk);
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
-  const float* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
-  const float* ut_chunk = TokPtr(b.s.Ut, p, c, 0, h, V);
+  const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
+  const bf16* ut_chunk = TokPtr(b.s.Ut, p, c, 0, h, V);
   const int64_t tok_stride = int64_t{p.heads} * V;
   const bf16* d_o_chunk = p.d_o + In(p.v_strides, c.batch, c.t0, h);
-  const TokTilePieces d_o_pieces(p.v_strides.token), state_pieces(V);
+  // ut_pieces: the rows of Ut and of dUt.
+  const TokTilePieces d_o_pieces(p.v_strides.token), state_pieces(V), ut_pieces(tok_stride);
   float state_dot = 0.0f;
   Acc dw_t, dkd_t, sdo, dm;  // -dW^T, dKd^T (K slice x chunk rows), SdO, dM / scale
   dw_t.Zero(), dkd_t.Zero(), sdo.Zero(), dm.Zero();
@@ -66,16 +64,16 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     // The tiles' earlier readers are behind the barrier that ended the previous step.
     state_pieces.Issue(s, S + v0, kBT, 1);
     state_pieces.Issue(ds, dS + v0, kBT, 1);
-    IssueTokF32<kLdT>(dut, dut_chunk + v0, tok_stride, c.rows);
-    IssueTokF32<kLdT>(ut, ut_chunk + v0, tok_stride, c.rows);
+    ut_pieces.Issue(dut, dut_chunk + v0, c.rows, 1);
+    ut_pieces.Issue(ut, ut_chunk + v0, c.rows, 1);
     d_o_pieces.Issue(d_o, d_o_chunk + v0, c.rows, 1);
     __pipeline_commit();
     __pipeline_wait_prior(0);
     __syncthreads();
-    tile::MmaBf16Tf32Acc64<true, false>(dw_t, kBT, s, kLdBf16, dut, kLdT);
-    tile::MmaBf16Tf32Acc64<true, false>(dkd_t, kBT, ds, kLdBf16, ut, kLdT);
+    tile::MmaBf16Acc64<true, false>(dw_t, kBT, s, kLdBf16, dut, kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dkd_t, kBT, ds, kLdBf16, ut, kLdBf16);
     tile::MmaBf16Acc64<true, false>(sdo, kBT, d_o, kLdBf16, s, kLdBf16);
-    if (first_slice) tile::MmaBf16Tf32Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdT);
+    if (first_slice) tile::MmaBf16Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdBf16);
     for (int idx = threadIdx.x; idx < kBT * kBT / 2; idx += kThreads) {
       const int at2 = idx / (kBT / 2) * kLdBf16 + idx % (kBT / 2) * 2;
       const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + at2));
@@ -84,10 +82,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     }
     __syncthreads();
   }
-  // Staged as rows: StoreTok writes only the chunk's rows. dW is read only as an operand
-  // (WYBackward copies it into an operand tile as it is): TF32 values.
+  // Staged as rows: StoreTok writes only the chunk's rows (dW in bf16, WYBackward's operand).
   dw_t.Scale(-1.0f);
-  dw_t.StoreTransposed<true>(staged, kLd);
+  dw_t.StoreTransposed(staged, kLd);
   dkd_t.StoreTransposed(staged + kTile, kLd);
   sdo.Store(staged + 2 * kTile, kLd);
   if (first_slice) dm.Store(staged + 3 * kTile, kLd);

@@ -60,35 +60,42 @@ __device__ __forceinline__ void ScaleRows(WarpAcc16& acc, float top, float botto
   for (int e = 0; e < 8; ++e) acc.x[e] *= e / 2 % 2 ? bottom : top;
 }
 
-// The lane's elements of the warp tile of a [R,H,V] scratch tensor at the chunk's row 0 and the
-// block's column v0 <-> registers; rows past the chunk's end load as zero and are not stored.
-// StoreRows writes TF32 values: the new values and their gradients are read only as operands
-// (the kernels that read them copy them into operand tiles as they are).
-__device__ inline void LoadRows(WarpAcc16& acc, const float* src, int64_t ld, int rows) {
+// The lane's elements of the warp tile of a bf16 [R,H,V] scratch tensor (U, the new values,
+// their gradients) at the chunk's row 0 and the block's column v0 <-> registers, two adjacent
+// columns per access; rows past the chunk's end load as zero and are not stored. (In fp32 these
+// were the passes' largest per-chunk transfers; fla keeps them in bf16 too.) Loaded pairs stay
+// packed until used: unpacked at the load, they made the chunk that issues the next chunk's
+// load wait for it (StateForward 672 -> 828 us at (1, 8192, 96, 128)).
+struct RowPairs {
+  __nv_bfloat162 x[4];  // pair 2 h + half: columns 8 h + LaneCol() (+1) of row LaneRow() + 8 half
+
+  __device__ void Load(const bf16* src, int64_t ld, int rows) {
 #pragma unroll
-  for (int half = 0; half < 2; ++half) {
-    const int r = LaneRow() + 8 * half;
+    for (int half = 0; half < 2; ++half) {
+      const int r = LaneRow() + 8 * half;
 #pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      float2 v = make_float2(0.0f, 0.0f);
-      if (r < rows) {
-        v = *reinterpret_cast<const float2*>(src + r * ld + WarpCol() + 8 * h +
-                                             WarpAcc16::LaneCol());
+      for (int h = 0; h < 2; ++h) {
+        x[2 * h + half] = r < rows ? *reinterpret_cast<const __nv_bfloat162*>(
+                                         src + r * ld + WarpCol() + 8 * h + WarpAcc16::LaneCol())
+                                   : __floats2bfloat162_rn(0.0f, 0.0f);
       }
-      acc.x[4 * h + 2 * half] = v.x, acc.x[4 * h + 2 * half + 1] = v.y;
     }
   }
-}
-__device__ inline void StoreRows(float* dst, int64_t ld, const WarpAcc16& acc, int rows) {
+  // Element e of the warp tile's accumulator layout.
+  __device__ float operator[](int e) const {
+    const float2 v = __bfloat1622float2(x[e / 2]);
+    return e % 2 ? v.y : v.x;
+  }
+};
+__device__ inline void StoreRows(bf16* dst, int64_t ld, const WarpAcc16& acc, int rows) {
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
     const int r = LaneRow() + 8 * half;
     if (r >= rows) continue;
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
-      *reinterpret_cast<float2*>(dst + r * ld + WarpCol() + 8 * h + WarpAcc16::LaneCol()) =
-          make_float2(tile::RoundTf32(acc.x[4 * h + 2 * half]),
-                      tile::RoundTf32(acc.x[4 * h + 2 * half + 1]));
+      *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + WarpCol() + 8 * h + WarpAcc16::LaneCol()) =
+          __floats2bfloat162_rn(acc.x[4 * h + 2 * half], acc.x[4 * h + 2 * half + 1]);
     }
   }
 }
@@ -278,10 +285,10 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   // U of a chunk goes straight to the lane's registers, one chunk ahead.
-  const auto load_u = [&](int ci, WarpAcc16& u) {
-    LoadRows(u, b.s.U + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
+  const auto load_u = [&](int ci, RowPairs& u) {
+    u.Load(b.s.U + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
   };
-  WarpAcc16 u_next;
+  RowPairs u_next;
   if (seq.num_chunks > 0) {
     issue(0, set(0));
     load_u(0, u_next);
@@ -298,7 +305,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     // Earlier readers of s_copy and ut_tile are behind the previous chunk's barriers (and of the
     // staging, behind the first swap).
     S.StoreBf16(s_copy, nk);
-    const WarpAcc16 u = u_next;
+    const RowPairs u = u_next;
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
     StoreStateCopy(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V, K);
@@ -311,7 +318,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     ut.Zero();
     StateTiles::ProductBf16(ut, t.w, s_copy, nk);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) ut.x[e] = u.x[e] - ut.x[e];
+    for (int e = 0; e < 8; ++e) ut.x[e] = u[e] - ut.x[e];
     StoreRows(b.s.Ut + src.TokAt(ci, V) + v0, ld_v, ut, rows);
     const float G_last = t.G[rows - 1];
     ScaleRows(ut, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));

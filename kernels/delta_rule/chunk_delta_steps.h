@@ -43,10 +43,10 @@ constexpr int kMaxKSlices = kMaxK / kBT;  // 64-wide slices of K
 constexpr float kL2NormEps = 1e-6f;
 constexpr float kSoftplusThreshold = 20.0f;
 
-// Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn and per-chunk states S, dS
-// (the bf16 copies the state passes multiply; see chunk_delta_state_pass.cuh). Token tensors are
-// [B*T, H, D] (flat token row r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states
-// are [chunks, H, K, V].
+// Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn, W, U, Ut, their gradients
+// dW, dUt, and the per-chunk states S, dS (the bf16 copies the state passes multiply; see
+// chunk_delta_state_pass.cuh). Token tensors are [B*T, H, D] (flat token row r = batch * T + t);
+// chunk matrices are [chunks, H, 64, 64]; states are [chunks, H, K, V].
 struct Scratch {
   // forward
   __nv_bfloat16* q_rows;    // [R,H,K]  copies of q and k for the recurrence (normalised with the
@@ -58,26 +58,26 @@ struct Scratch {
   float* G;                 // [R,H]    chunk-local inclusive cumsum of g
   float* M;                 // chunk matrix: tril(Q K^T * D)
   __nv_bfloat16* W;         // [R,H,K]  W = T diag(beta gamma) K (bf16), for the state passes
-  float* U;                 // [R,H,V]
-  float* Ut;                // [R,H,V]  the new values U - W S
+  __nv_bfloat16* U;         // [R,H,V]  U = T diag(beta) V (bf16)
+  __nv_bfloat16* Ut;        // [R,H,V]  the new values U - W S (bf16)
   __nv_bfloat16* S;         // state entering each chunk (bf16)
   // backward
-  float* T;           // chunk matrix: (I + A)^-1 (the forward keeps it on chip)
-  __nv_bfloat16* dS;  // gradient of the state leaving each chunk (bf16)
-  float* dUt;         // [R,H,V]
-  float* dW;          // [R,H,K]
-  float* dKd;         // [R,H,K]  gradient of the decayed keys, then (l2norm) the normalised k's
-  float* SdO;         // [R,H,K]  S dO, then (RowGrads, l2norm) the gradient of the normalised q
-  float* dM;          // chunk matrix
-  float* dA;          // chunk matrix: -T^T dT T^T, strictly lower
-  float* KD;          // chunk matrix: strict_tril(K K^T * D), from the recompute's ChunkPrepare
-  float* dX;          // [R,H,K]  gradient of diag(beta gamma) K
-  float* dY;          // [R,H,V]  gradient of diag(beta) V
-  float* dG;          // [R,H]
-  float* db;          // [R,H]    the beta gradient's terms from the chunk products (not v . dY)
-  float* state_dots;  // [chunks,H,kMaxKSlices]: <S, dS'> of each chunk (the decay of the carried
-                      // state), in parts per 64-wide K slice
-  float* gate_sums;   // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
+  float* T;            // chunk matrix: (I + A)^-1 (the forward keeps it on chip)
+  __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
+  __nv_bfloat16* dUt;  // [R,H,V]
+  __nv_bfloat16* dW;   // [R,H,K]
+  float* dKd;          // [R,H,K]  gradient of the decayed keys, then (l2norm) the normalised k's
+  float* SdO;          // [R,H,K]  S dO, then (RowGrads, l2norm) the gradient of the normalised q
+  float* dM;           // chunk matrix
+  float* dA;           // chunk matrix: -T^T dT T^T, strictly lower
+  float* KD;           // chunk matrix: strict_tril(K K^T * D), from the recompute's ChunkPrepare
+  float* dX;           // [R,H,K]  gradient of diag(beta gamma) K
+  float* dY;           // [R,H,V]  gradient of diag(beta) V
+  float* dG;           // [R,H]
+  float* db;           // [R,H]    the beta gradient's terms from the chunk products (not v . dY)
+  float* state_dots;   // [chunks,H,kMaxKSlices]: <S, dS'> of each chunk (the decay of the carried
+                       // state), in parts per 64-wide K slice
+  float* gate_sums;    // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
 };
 
 // ---------------------------------------------------------------------------------------------

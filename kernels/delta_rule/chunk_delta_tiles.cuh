@@ -1,11 +1,13 @@
 // The tensor-core kernels of the chunked delta rule: every product of the chunk form (see
 // chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, with fp32
 // accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the bf16
-// queries and keys (the inputs, or their l2norm rounded as the inputs were) and per-chunk states
-// -- and the bf16 inputs. Products of bf16 values run in bf16 (exact); those with fp32 scratch in
-// TF32; the state passes multiply bf16 copies of the state they carry in fp32 (as fla's kernels
-// do), and those copies are the per-chunk states the later kernels read. So the precision is that
-// of the fp32 reference up to TF32 rounding of the factors and the bf16 rounding of the states.
+// queries and keys (the inputs, or their l2norm rounded as the inputs were), W, U, the new values
+// Ut, the gradients dW and dUt, and the per-chunk states -- and the bf16 inputs. Products of bf16
+// values run in bf16 (exact); those with fp32 scratch in TF32; the state passes multiply bf16
+// copies of the state they carry in fp32 (as fla's kernels do), and those copies are the
+// per-chunk states the later kernels read. So the precision is that of the fp32 reference up to
+// TF32 rounding of the factors and the bf16 rounding of the bf16 scratch (fla keeps the same
+// tensors in bf16).
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 tiles (fp32: leading
 // dimension 68 or 72, see kLd and kLdT; bf16: 72) and loop over K and V in 64-wide slices (K, V
@@ -82,16 +84,23 @@ __device__ inline float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-__device__ inline void StoreTok(float* dst, const float* src, const ChunkDeltaParams& p,
+// Rows [0, c.rows) of a 64 x 64 fp32 tile (leading dimension kLd) into columns [col0, col0 + 64)
+// of a [R,H,dim] scratch tensor, fp32 or (rounded) bf16.
+template <typename Out>
+__device__ inline void StoreTok(Out* dst, const float* src, const ChunkDeltaParams& p,
                                 const Chunk& c, int h, int dim, int col0) {
   const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
   const int64_t row_stride = int64_t{p.heads} * dim;
-  float* to = TokPtr(dst, p, c, 0, h, dim) + col0 + c4 * 4;
+  Out* to = TokPtr(dst, p, c, 0, h, dim) + col0 + c4 * 4;
 #pragma unroll
   for (int r = r0; r < kBT; r += kThreads / 16) {
     if (r < c.rows) {
-      *reinterpret_cast<float4*>(to + r * row_stride) =
-          *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+      const float4 v = *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+      if constexpr (std::is_same_v<Out, float>) {
+        *reinterpret_cast<float4*>(to + r * row_stride) = v;
+      } else {
+        StoreBf16x4(to + r * row_stride, v);
+      }
     }
   }
 }
