@@ -2,8 +2,9 @@
 // chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
 // chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
-// (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_row_terms.cuh,
-// chunk_delta_wy_backward.cuh, chunk_delta_row_grads.cuh). Included only by
+// (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
+// chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh, chunk_delta_row_grads.cuh). Included
+// only by
 // kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include "kernels/common/launch_checks.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
+#include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
 #include "kernels/delta_rule/chunk_delta_row_grads.cuh"
@@ -102,8 +104,8 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::StateForwardKernel, seqs, tiles::StateForwardSmem(p.k_dim), b,
-                      stream)) != cudaSuccess) {
+  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs, tiles::StateForwardSmem(p.k_dim),
+                      b, stream)) != cudaSuccess) {
     return err;
   }
   if (!output) return cudaSuccess;
@@ -116,11 +118,12 @@ inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaSt
   return RunForwardKernels(MakeStepBase(params, gated, false), true, stream);
 }
 
-// Recomputes the forward scratch (without o and the final state), then the gradients.
-inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
-  if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
-  // The backward state pass double-buffers all of a chunk's tiles where they fit in the device's
-  // shared memory per block, else only the keys (see StateBackwardKernel).
+// The backward state pass's variant: of the one that double-buffers all of a chunk's tiles and
+// the one that double-buffers only the keys (see StateBackwardKernel), the one that runs more
+// blocks per multiprocessor on this device (the first on a tie). Sets the kernels'
+// shared-memory limits. cudaErrorNotSupported where neither fits (K = 256 on a device with less
+// than the H200's 227 KB per block, such as the A100's 163 KB).
+inline cudaError_t PickStateBackward(int k_dim, void (**kernel)(StepBase), size_t* smem) {
   int device = 0, smem_limit = 0;
   cudaError_t err;
   if ((err = cudaGetDevice(&device)) != cudaSuccess ||
@@ -128,11 +131,30 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
                                     device)) != cudaSuccess) {
     return err;
   }
-  const size_t limit = static_cast<size_t>(smem_limit);
-  const bool split = tiles::StateBackwardSmem(params.k_dim, false) > limit;
-  const size_t pass_smem = tiles::StateBackwardSmem(params.k_dim, split);
-  // K = 256 on a device with less than the H200's 227 KB per block (the A100's 163 KB).
-  if (pass_smem > limit) return cudaErrorNotSupported;
+  int best_blocks = 0;
+  for (const bool split : {false, true}) {
+    void (*candidate)(StepBase) = tiles::StateBackwardFor(k_dim / kBT, split);
+    const size_t bytes = tiles::StateBackwardSmem(k_dim, split);
+    if (bytes > static_cast<size_t>(smem_limit)) continue;
+    int blocks = 0;
+    if ((err = cudaFuncSetAttribute(candidate, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(bytes))) != cudaSuccess ||
+        (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, candidate, tiles::kThreads,
+                                                             bytes)) != cudaSuccess) {
+      return err;
+    }
+    if (blocks > best_blocks) best_blocks = blocks, *kernel = candidate, *smem = bytes;
+  }
+  return best_blocks > 0 ? cudaSuccess : cudaErrorNotSupported;
+}
+
+// Recomputes the forward scratch (without o and the final state), then the gradients.
+inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
+  if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
+  void (*state_pass)(StepBase) = nullptr;
+  size_t pass_smem = 0;
+  cudaError_t err = PickStateBackward(params.k_dim, &state_pass, &pass_smem);
+  if (err != cudaSuccess) return err;
   const StepBase b = MakeStepBase(params, gated, true);
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
@@ -140,9 +162,11 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (err != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
-  if ((err = RunTiles(tiles::StateBackwardFor(split), seqs, pass_smem, b, stream)) != cudaSuccess) {
+  if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks, p.heads, p.v_dim / kBT),
+                      tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
+  if ((err = RunTiles(state_pass, seqs, pass_smem, b, stream)) != cudaSuccess) return err;
   if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
                       tiles::RowTermsSmem(), b, stream)) != cudaSuccess) {
     return err;

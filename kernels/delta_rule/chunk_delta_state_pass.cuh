@@ -16,11 +16,12 @@
 // fp32: only its copy for the next chunk's products is rounded. That bf16 copy is also the
 // per-chunk state (or gradient) the later kernels read: copied from shared memory to the scratch
 // in 16-byte pieces, half the bytes of an fp32 store and a few instructions instead of a store
-// per accumulator pair. With W on chip, W S and W^T dUt are single products, so a chunk takes two
-// barriers forward and three backward. (Formed from T and the keys -- W S = T (diag(beta gamma) K
-// S) -- they took a third product, with its own barrier, per chunk. At (1, 8192, 96, 128) on the
-// H200 the forward pass went from 868 to 672 us and the backward from 1543 to 1387, for 722 ->
-// 880 us of ChunkPrepare, which writes W.)
+// per accumulator pair. With W on chip, W S and W^T dUt are single products, and with the
+// backward's chunk-local M^T dO computed beforehand for all chunks, a chunk takes two barriers in
+// either pass. (Formed from T and the keys -- W S = T (diag(beta gamma) K S) -- they took a third
+// product, with its own barrier, per chunk. At (1, 8192, 96, 128) on the H200 the forward pass
+// went from 868 to 672 us and the backward from 1543 to 1387, for 722 -> 880 us of ChunkPrepare,
+// which writes W.)
 //
 // Each warp owns fixed 16 x 16 tiles of the state and of the chunk's 64 x 32 products and
 // accumulates them in registers; a product whose operand another warp wrote needs a barrier.
@@ -31,6 +32,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/delta_rule/chunk_delta_copies.cuh"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"
@@ -60,30 +62,44 @@ __device__ __forceinline__ void ScaleRows(WarpAcc16& acc, float top, float botto
   for (int e = 0; e < 8; ++e) acc.x[e] *= e / 2 % 2 ? bottom : top;
 }
 
-// The lane's elements of the warp tile of a bf16 [R,H,V] scratch tensor (U, the new values,
-// their gradients) at the chunk's row 0 and the block's column v0 <-> registers, two adjacent
-// columns per access; rows past the chunk's end load as zero and are not stored. (In fp32 these
-// were the passes' largest per-chunk transfers; fla keeps them in bf16 too.) Loaded pairs stay
-// packed until used: unpacked at the load, they made the chunk that issues the next chunk's
-// load wait for it (StateForward 672 -> 828 us at (1, 8192, 96, 128)).
+// The lane's elements of the warp tile of a [R,H,V] scratch tensor at the chunk's row 0 and the
+// block's column v0 <-> registers, two adjacent columns per access; rows past the chunk's end
+// load as zero and are not stored. U, the new values and their gradients are bf16 (in fp32 they
+// were the passes' largest per-chunk transfers; fla keeps them in bf16 too); the chunk-local
+// part of the gradient, MtdO, is fp32. Loaded pairs stay packed until used: unpacked at the load,
+// they made the chunk that issues the next chunk's load wait for it (StateForward 672 -> 828 us
+// at (1, 8192, 96, 128)).
+template <typename Element>
 struct RowPairs {
-  __nv_bfloat162 x[4];  // pair 2 h + half: columns 8 h + LaneCol() (+1) of row LaneRow() + 8 half
+  static constexpr bool kF32 = std::is_same_v<Element, float>;
+  using Pair = std::conditional_t<kF32, float2, __nv_bfloat162>;
+  Pair x[4];  // pair 2 h + half: columns 8 h + LaneCol() (+1) of row LaneRow() + 8 half
 
-  __device__ void Load(const bf16* src, int64_t ld, int rows) {
+  __device__ void Load(const Element* src, int64_t ld, int rows) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int r = LaneRow() + 8 * half;
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
-        x[2 * h + half] = r < rows ? *reinterpret_cast<const __nv_bfloat162*>(
-                                         src + r * ld + WarpCol() + 8 * h + WarpAcc16::LaneCol())
-                                   : __floats2bfloat162_rn(0.0f, 0.0f);
+        if (r < rows) {
+          x[2 * h + half] = *reinterpret_cast<const Pair*>(src + r * ld + WarpCol() + 8 * h +
+                                                           WarpAcc16::LaneCol());
+        } else if constexpr (kF32) {
+          x[2 * h + half] = make_float2(0.0f, 0.0f);
+        } else {
+          x[2 * h + half] = __floats2bfloat162_rn(0.0f, 0.0f);
+        }
       }
     }
   }
   // Element e of the warp tile's accumulator layout.
   __device__ float operator[](int e) const {
-    const float2 v = __bfloat1622float2(x[e / 2]);
+    float2 v;
+    if constexpr (kF32) {
+      v = x[e / 2];
+    } else {
+      v = __bfloat1622float2(x[e / 2]);
+    }
     return e % 2 ? v.y : v.x;
   }
 };
@@ -100,62 +116,52 @@ __device__ inline void StoreRows(bf16* dst, int64_t ld, const WarpAcc16& acc, in
   }
 }
 
-// The K x 32 state slice of a block, in registers: warp w holds, for each 64-row slice j of K,
-// the 16 x 16 tile at rows 64 j + WarpRow(), columns WarpCol(). So the chunk's j-th 64-wide tile
-// of K (or Q) updates one tile per warp. Loops over j run to kMaxKSlices, unrolled, with a
-// guard: indexed by a constant, the tiles stay in registers.
+// The K x 32 state slice of a block (K = 64 kNk), in registers: warp w holds, for each 64-row
+// slice j of K, the 16 x 16 tile at rows 64 j + WarpRow(), columns WarpCol(). So the chunk's
+// j-th 64-wide tile of K (or Q) updates one tile per warp. The passes are instantiated per kNk:
+// with K a run-time value every kernel kept registers for K = 256 (the backward pass 158, one
+// block per multiprocessor).
+template <int kNk>
 struct StateTiles {
-  WarpAcc16 part[kMaxKSlices];
+  WarpAcc16 part[kNk];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
   // From / to a K x 32 fp32 slice in shared memory (leading dimension kLdS): own tiles only.
-  __device__ void Load(const float* s, int nk) {
+  __device__ void Load(const float* s) {
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].Load(s + Row(j) * kLdS + WarpCol(), kLdS);
-    }
+    for (int j = 0; j < kNk; ++j) part[j].Load(s + Row(j) * kLdS + WarpCol(), kLdS);
   }
-  __device__ void Store(float* s, int nk) const {
+  __device__ void Store(float* s) const {
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].Store(s + Row(j) * kLdS + WarpCol(), kLdS);
-    }
+    for (int j = 0; j < kNk; ++j) part[j].Store(s + Row(j) * kLdS + WarpCol(), kLdS);
     __syncwarp();
   }
   // To a bf16 K x 32 slice in shared memory (leading dimension kLdSb): own tiles only (the
   // products' copy; the registers keep fp32).
-  __device__ void StoreBf16(bf16* s, int nk) const {
+  __device__ void StoreBf16(bf16* s) const {
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].StoreBf16(s + Row(j) * kLdSb + WarpCol(), kLdSb);
-    }
+    for (int j = 0; j < kNk; ++j) part[j].StoreBf16(s + Row(j) * kLdSb + WarpCol(), kLdSb);
     __syncwarp();
   }
-  __device__ void Scale(float f, int nk) {
+  __device__ void Scale(float f) {
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) part[j].Scale(f);
-    }
+    for (int j = 0; j < kNk; ++j) part[j].Scale(f);
   }
   // part[j] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x 32 bf16 tile
   // (leading dimension kLdSb).
-  __device__ void AddTransposedProductBf16(const bf16* tiles, const bf16* b, int nk) {
+  __device__ void AddTransposedProductBf16(const bf16* tiles, const bf16* b) {
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        tile::MmaBf16Warp16<false, true>(part[j], kBT, tiles + j * kBf16Tile + WarpRow(), kLdBf16,
-                                         b + WarpCol(), kLdSb);
-      }
+    for (int j = 0; j < kNk; ++j) {
+      tile::MmaBf16Warp16<false, true>(part[j], kBT, tiles + j * kBf16Tile + WarpRow(), kLdBf16,
+                                       b + WarpCol(), kLdSb);
     }
   }
   // acc += (a bf16 [64 x K] chunk operand) S, with S's bf16 copy s (leading dimension kLdSb).
-  __device__ static void ProductBf16(WarpAcc16& acc, const bf16* tiles, const bf16* s, int nk) {
+  __device__ static void ProductBf16(WarpAcc16& acc, const bf16* tiles, const bf16* s) {
 #pragma unroll
-    for (int j = 0; j < kMaxKSlices; ++j) {
-      if (j < nk) {
-        tile::MmaBf16Warp16<true, true>(acc, kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
-                                        kLdBf16, s + j * kBT * kLdSb + WarpCol(), kLdSb);
-      }
+    for (int j = 0; j < kNk; ++j) {
+      tile::MmaBf16Warp16<true, true>(acc, kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
+                                      kLdBf16, s + j * kBT * kLdSb + WarpCol(), kLdSb);
     }
   }
 };
@@ -163,9 +169,11 @@ struct StateTiles {
 // The block's K x 32 bf16 state copy (leading dimension kLdSb; complete: behind a barrier) to
 // the scratch's K x V state of the chunk (dst at the block's column of row 0), four 16-byte
 // pieces per row.
-__device__ inline void StoreStateCopy(bf16* dst, const bf16* copy, int v_dim, int k_dim) {
+template <int kNk>
+__device__ inline void StoreStateCopy(bf16* dst, const bf16* copy, int v_dim) {
   constexpr int kPieces = kBV / 8;
-  for (int idx = threadIdx.x; idx < k_dim * kPieces; idx += kThreads) {
+#pragma unroll
+  for (int idx = threadIdx.x; idx < kNk * kBT * kPieces; idx += kThreads) {
     const int r = idx / kPieces, c8 = idx % kPieces * 8;
     *reinterpret_cast<uint4*>(dst + int64_t{r} * v_dim + c8) =
         *reinterpret_cast<const uint4*>(copy + r * kLdSb + c8);
@@ -189,46 +197,42 @@ __device__ inline void IssueInV(bf16* dst, const bf16* chunk, int64_t token_stri
 struct SeqSources {
   int len;         // tokens
   int64_t tok0;    // element offset of chunk 0's row 0 in a [R,H,1] scratch tensor
-  int64_t mat0;    // of chunk 0's matrix
   int64_t state0;  // of chunk 0's state (K x V)
   int heads;
 
   __device__ SeqSources(const ChunkDeltaParams& p, const Seq& seq, int h)
       : len(seq.len),
         tok0(Tok(p, MakeChunk(p, seq, 0).row, h, 1)),
-        mat0(Mat(p, seq.first_chunk, h)),
         state0(State(p, seq.first_chunk, h)),
         heads(p.heads) {}
   __device__ int Rows(int ci) const { return min(kBT, len - ci * kBT); }
-  // Offsets of chunk ci in a [R,H,dim] token tensor, in the chunk matrices, in the states.
+  // Offsets of chunk ci in a [R,H,dim] token tensor and in the states.
   __device__ int64_t TokAt(int ci, int dim) const {
     return (tok0 + int64_t{ci} * kBT * heads) * dim;
   }
-  __device__ int64_t MatAt(int ci) const { return mat0 + int64_t{ci} * heads * kBT * kBT; }
   __device__ int64_t StateAt(int ci, int state_elements) const {
     return state0 + int64_t{ci} * heads * state_elements;
   }
 };
 
 // One chunk's tiles in shared memory: the forward reads the keys, W and G; the backward the keys,
-// the queries, W, M, dO and G. The forward's are carved in that order from one byte offset; the
-// backward's from three (the keys; the queries and W; M, dO and G), double-buffered apart (see
+// the queries, W, dO and G. The forward's are carved in that order from one byte offset; the
+// backward's from three (the keys; the queries and W; dO and G), double-buffered apart (see
 // StateBackwardKernel). Every part a multiple of 16 bytes.
 struct ChunkTiles {
   bf16* k;    // nk tiles
   bf16* w;    // nk tiles
   bf16* q;    // nk tiles (backward)
-  float* M;   // 64 x kLdT (backward)
   bf16* d_o;  // 64 x 32 (backward)
   float* G;   // 64
 
   static constexpr int kGBytes = kBT * sizeof(float);
-  __host__ __device__ static int KeyBytes(int nk) { return nk * kBf16Tile * 2; }
-  __host__ __device__ static int ForwardBytes(int nk) { return 2 * KeyBytes(nk) + kGBytes; }
-  __host__ __device__ static int QueryBytes(int nk) { return 2 * KeyBytes(nk); }  // q and W
-  __host__ __device__ static constexpr int RestBytes() {
-    return kBT * kLdT * 4 + kBT * kBV * 2 + kGBytes;
+  __host__ __device__ static constexpr int KeyBytes(int nk) { return nk * kBf16Tile * 2; }
+  __host__ __device__ static constexpr int ForwardBytes(int nk) {
+    return 2 * KeyBytes(nk) + kGBytes;
   }
+  __host__ __device__ static constexpr int QueryBytes(int nk) { return 2 * KeyBytes(nk); }
+  __host__ __device__ static constexpr int RestBytes() { return kBT * kBV * 2 + kGBytes; }
   __device__ static ChunkTiles Forward(char* at, int nk) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(at);
@@ -241,8 +245,7 @@ struct ChunkTiles {
     t.k = reinterpret_cast<bf16*>(keys);
     t.q = reinterpret_cast<bf16*>(queries);
     t.w = reinterpret_cast<bf16*>(queries + KeyBytes(nk));
-    t.M = reinterpret_cast<float*>(rest);
-    t.d_o = reinterpret_cast<bf16*>(t.M + kBT * kLdT);
+    t.d_o = reinterpret_cast<bf16*>(rest);
     t.G = reinterpret_cast<float*>(t.d_o + kBT * kBV);
     return t;
   }
@@ -258,20 +261,22 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 //   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
 // Two barriers per chunk: the swap of tile sets, and the decayed new values (bf16, the update's
 // right-hand side).
+template <int kNk>
 __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
-  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
+  constexpr int K = kNk * kBT;
+  const int V = p.v_dim;
   bf16* s_copy = reinterpret_cast<bf16*>(smem4);  // S (bf16), K x kLdSb
   bf16* ut_tile = s_copy + K * kLdSb;             // decayed new values (bf16), 64 x kLdSb
   char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdSb);
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
-    return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(nk), nk);
+    return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(kNk), kNk);
   };
   // The initial and final states pass through fp32 K x kLdS staging in tile set 1, which no
   // chunk's copy fills before the first swap or after the last chunk.
-  float* state_staging = reinterpret_cast<float*>(sets_at + ChunkTiles::ForwardBytes(nk));
+  float* state_staging = reinterpret_cast<float*>(sets_at + ChunkTiles::ForwardBytes(kNk));
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
@@ -280,15 +285,15 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   const int ra = LaneRow(), rb = ra + 8;
   const auto issue = [&](int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
-    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, nk);
-    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), rows, nk);
+    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, kNk);
+    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), rows, kNk);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   // U of a chunk goes straight to the lane's registers, one chunk ahead.
-  const auto load_u = [&](int ci, RowPairs& u) {
+  const auto load_u = [&](int ci, RowPairs<bf16>& u) {
     u.Load(b.s.U + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
   };
-  RowPairs u_next;
+  RowPairs<bf16> u_next;
   if (seq.num_chunks > 0) {
     issue(0, set(0));
     load_u(0, u_next);
@@ -297,18 +302,18 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   LoadState<kBV, kLdS>(state_staging, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
                        K, V, v0);
   __syncthreads();
-  StateTiles S;
-  S.Load(state_staging, nk);
+  StateTiles<kNk> S;
+  S.Load(state_staging);
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const int rows = src.Rows(ci);
     const ChunkTiles t = set(ci);
     // Earlier readers of s_copy and ut_tile are behind the previous chunk's barriers (and of the
     // staging, behind the first swap).
-    S.StoreBf16(s_copy, nk);
-    const RowPairs u = u_next;
+    S.StoreBf16(s_copy);
+    const RowPairs<bf16> u = u_next;
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
-    StoreStateCopy(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V, K);
+    StoreStateCopy<kNk>(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V);
     if (ci + 1 < seq.num_chunks) {
       issue(ci + 1, set(ci + 1));
       load_u(ci + 1, u_next);
@@ -316,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     __pipeline_commit();
     WarpAcc16 ut;  // W S, then the new values
     ut.Zero();
-    StateTiles::ProductBf16(ut, t.w, s_copy, nk);
+    StateTiles<kNk>::ProductBf16(ut, t.w, s_copy);
 #pragma unroll
     for (int e = 0; e < 8; ++e) ut.x[e] = u[e] - ut.x[e];
     StoreRows(b.s.Ut + src.TokAt(ci, V) + v0, ld_v, ut, rows);
@@ -324,12 +329,12 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     ScaleRows(ut, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
     ut.StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol(), kLdSb);
     __syncthreads();
-    S.Scale(expf(G_last), nk);
-    S.AddTransposedProductBf16(t.k, ut_tile, nk);
+    S.Scale(expf(G_last));
+    S.AddTransposedProductBf16(t.k, ut_tile);
   }
   if (p.final_state) {
     __syncthreads();  // the last chunk's readers of its tile set are done
-    S.Store(state_staging, nk);
+    S.Store(state_staging);
     __syncthreads();
     StoreState<kBV, kLdS>(p.final_state + State(p, n, h), state_staging, K, V, v0);
   }
@@ -344,33 +349,36 @@ inline size_t StateForwardSmem(int k_dim) {
 
 // ----------------------------------------------------------------------------------------------
 // Backward: per chunk, in reverse, with dS the gradient of the state leaving the chunk:
-//   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + M^T (scale dO);
-//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) - W^T dUt.
-// Three barriers per chunk: the swap, the dO tiles, -dUt. The products over K take bf16 copies
-// of dS, of scale diag(gamma) dO and of -dUt.
+//   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + MtdO;
+//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) - W^T dUt,
+// MtdO = scale M^T dO the chunk-local part (LocalValueGradsKernel, for all chunks at once). Two
+// barriers per chunk: the swap, -dUt. The products over K take bf16 copies of dS, of scale
+// diag(gamma) dO and of -dUt.
 //
-// kSplit (where two full tile sets do not fit in a block's shared memory: K = 256 on the H200,
-// 301 KB unsplit, 206 KB split; K = 128 on the A100, 183 KB unsplit): only the keys are
-// double-buffered; the queries and W go into their one buffer at the start of their own chunk
-// (they are needed last), M, dO and G into theirs once the chunk before is done with them (at its
-// last barrier), a chunk's last step ahead of their first use.
-template <bool kSplit>
-__global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
+// kSplit (where two full tile sets would keep a block per multiprocessor fewer: K = 128 and 256
+// on the H200, K = 128 on the A100): only the keys are double-buffered; the queries and W go into
+// their one buffer at the start of their own chunk (they are needed last), dO and G into theirs
+// once the chunk before is done with them (at its last barrier), a chunk's last step ahead of
+// their first use. The launcher picks the variant that runs more blocks per multiprocessor.
+// (With M^T dO in the pass -- an fp32 M tile and an fp32 dO tile per chunk, a third barrier --
+// the pass ran one block per multiprocessor at K = 128: 1383 us at (1, 8192, 96, 128).)
+template <int kNk, bool kSplit>
+__global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
-  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  float* d_o = reinterpret_cast<float*>(smem4);               // scale dO (TF32), 64 x kLdV
-  bf16* ds_copy = reinterpret_cast<bf16*>(d_o + kBT * kLdV);  // dS (bf16), K x kLdSb
-  bf16* d_og = ds_copy + K * kLdSb;  // scale diag(gamma) dO (bf16), 64 x kLdSb
-  bf16* dut = d_og + kBT * kLdSb;    // -dUt (bf16), 64 x kLdSb
+  constexpr int K = kNk * kBT;
+  const int V = p.v_dim;
+  bf16* ds_copy = reinterpret_cast<bf16*>(smem4);  // dS (bf16), K x kLdSb
+  bf16* d_og = ds_copy + K * kLdSb;                // scale diag(gamma) dO (bf16), 64 x kLdSb
+  bf16* dut = d_og + kBT * kLdSb;                  // -dUt (bf16), 64 x kLdSb
   char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdSb);
-  const int key_bytes = ChunkTiles::KeyBytes(nk), query_bytes = ChunkTiles::QueryBytes(nk);
+  constexpr int key_bytes = ChunkTiles::KeyBytes(kNk), query_bytes = ChunkTiles::QueryBytes(kNk);
   char* queries_at = keys_at + 2 * key_bytes;
   char* rest_at = queries_at + (kSplit ? 1 : 2) * query_bytes;
   const auto set = [&](int i) {  // as in the forward
     const int buffer = kSplit ? 0 : i & 1;
     return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes, queries_at + buffer * query_bytes,
-                                rest_at + buffer * ChunkTiles::RestBytes(), nk);
+                                rest_at + buffer * ChunkTiles::RestBytes(), kNk);
   };
   // The initial and final gradients pass through fp32 K x kLdS staging in the keys of set 1,
   // which no chunk's copy fills before the first swap or after the last chunk.
@@ -383,39 +391,45 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
   const int64_t ld_v = int64_t{p.heads} * V;
   const int ra = LaneRow(), rb = ra + 8;
   const auto issue_keys = [&](int ci, const ChunkTiles& t) {
-    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), nk);
+    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), kNk);
   };
   const auto issue_queries = [&](int ci, const ChunkTiles& t) {  // and W
-    rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), nk);
-    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), src.Rows(ci), nk);
+    rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), kNk);
+    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), src.Rows(ci), kNk);
   };
   const auto issue_rest = [&](int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
-    IssueMat<kLdT>(t.M, b.s.M + src.MatAt(ci));
     IssueInV(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
+  // MtdO of a chunk goes straight to the lane's registers, one chunk ahead.
+  const auto load_local = [&](int ci, RowPairs<float>& m) {
+    m.Load(b.s.MtdO + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
+  };
+  RowPairs<float> local_next;
   const int last = seq.num_chunks - 1;
   if (last >= 0) {
     issue_keys(last, set(0));
     issue_rest(last, set(0));
     if (!kSplit) issue_queries(last, set(0));
+    load_local(last, local_next);
   }
   __pipeline_commit();
   LoadState<kBV, kLdS>(state_staging, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr,
                        K, V, v0);
   __syncthreads();
-  StateTiles dS;
-  dS.Load(state_staging, nk);
+  StateTiles<kNk> dS;
+  dS.Load(state_staging);
   for (int it = 0; it <= last; ++it) {
     const int ci = last - it, rows = src.Rows(ci);
     const ChunkTiles t = set(it);
     // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers (and
     // of the staging, behind the first swap).
-    dS.StoreBf16(ds_copy, nk);
+    dS.StoreBf16(ds_copy);
+    const RowPairs<float> local = local_next;
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles (but split-mode q and W) are in; the other set is free
-    StoreStateCopy(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V, K);
+    StoreStateCopy<kNk>(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V);
     if (ci > 0) {
       const ChunkTiles next = set(it + 1);
       issue_keys(ci - 1, next);
@@ -423,6 +437,7 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
         issue_queries(ci - 1, next);
         issue_rest(ci - 1, next);
       }
+      load_local(ci - 1, local_next);
     }
     __pipeline_commit();
     if (kSplit) {
@@ -431,17 +446,16 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
     }
     WarpAcc16 du;  // K dS, then dUt
     du.Zero();
-    StateTiles::ProductBf16(du, t.k, ds_copy, nk);
+    StateTiles<kNk>::ProductBf16(du, t.k, ds_copy);
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
       const int r = e / kBV, col = e % kBV;
-      const float scaled = p.scale * __bfloat162float(t.d_o[e]);
-      d_o[r * kLdV + col] = tile::RoundTf32(scaled);
-      d_og[r * kLdSb + col] = __float2bfloat16(scaled * __expf(t.G[r]));
+      d_og[r * kLdSb + col] =
+          __float2bfloat16(p.scale * __bfloat162float(t.d_o[e]) * __expf(t.G[r]));
     }
     const float G_last = t.G[rows - 1];
-    __syncthreads();
     ScaleRows(du, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
-    tile::MmaTf32Warp16<false, true>(du, kBT, t.M + WarpRow(), kLdT, d_o + WarpCol(), kLdV);
+#pragma unroll
+    for (int e = 0; e < 8; ++e) du.x[e] += local[e];
     StoreRows(b.s.dUt + src.TokAt(ci, V) + v0, ld_v, du, rows);
     du.Scale(-1.0f);
     du.StoreBf16(dut + WarpRow() * kLdSb + WarpCol(), kLdSb);
@@ -451,13 +465,13 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
       if (ci > 0) issue_rest(ci - 1, t);
       __pipeline_commit();
     }
-    dS.Scale(expf(G_last), nk);
-    dS.AddTransposedProductBf16(t.q, d_og, nk);
-    dS.AddTransposedProductBf16(t.w, dut, nk);
+    dS.Scale(expf(G_last));
+    dS.AddTransposedProductBf16(t.q, d_og);
+    dS.AddTransposedProductBf16(t.w, dut);
   }
   if (p.d_initial_state) {
     __syncthreads();  // the last chunk's readers of its keys are done
-    dS.Store(state_staging, nk);
+    dS.Store(state_staging);
     __syncthreads();
     StoreState<kBV, kLdS>(p.d_initial_state + State(p, n, h), state_staging, K, V, v0);
   }
@@ -465,13 +479,40 @@ __global__ void __launch_bounds__(kThreads, 1) StateBackwardKernel(StepBase b) {
 
 inline size_t StateBackwardSmem(int k_dim, bool split) {
   const int nk = k_dim / kBT;
-  return kBT * kLdV * sizeof(float) + (k_dim + 2 * kBT) * kLdSb * sizeof(bf16) +
-         2 * ChunkTiles::KeyBytes(nk) +
+  return (k_dim + 2 * kBT) * kLdSb * sizeof(bf16) + 2 * ChunkTiles::KeyBytes(nk) +
          (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes());
 }
 
-inline void (*StateBackwardFor(bool split))(StepBase) {
-  return split ? StateBackwardKernel<true> : StateBackwardKernel<false>;
+// The passes' instantiations for K = 64 nk (nk = 1..4).
+inline void (*StateForwardFor(int nk))(StepBase) {
+  switch (nk) {
+    case 1:
+      return StateForwardKernel<1>;
+    case 2:
+      return StateForwardKernel<2>;
+    case 3:
+      return StateForwardKernel<3>;
+    default:
+      return StateForwardKernel<4>;
+  }
+}
+
+template <bool kSplit>
+inline void (*StateBackwardFor(int nk))(StepBase) {
+  switch (nk) {
+    case 1:
+      return StateBackwardKernel<1, kSplit>;
+    case 2:
+      return StateBackwardKernel<2, kSplit>;
+    case 3:
+      return StateBackwardKernel<3, kSplit>;
+    default:
+      return StateBackwardKernel<4, kSplit>;
+  }
+}
+
+inline void (*StateBackwardFor(int nk, bool split))(StepBase) {
+  return split ? StateBackwardFor<true>(nk) : StateBackwardFor<false>(nk);
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

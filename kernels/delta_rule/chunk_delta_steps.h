@@ -64,6 +64,7 @@ struct Scratch {
   // backward
   float* T;            // chunk matrix: (I + A)^-1 (the forward keeps it on chip)
   __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
+  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt
   __nv_bfloat16* dUt;  // [R,H,V]
   __nv_bfloat16* dW;   // [R,H,K]
   float* dKd;          // [R,H,K]  gradient of the decayed keys, then (l2norm) the normalised k's
@@ -178,7 +179,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   take(&x.M, mat), take(&x.W, R * K);
   take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
   if (backward) {
-    take(&x.T, mat), take(&x.dS, state), take(&x.dUt, R * V);
+    take(&x.T, mat), take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
     take(&x.dW, R * K), take(&x.dKd, R * K), take(&x.SdO, R * K);
     take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
     take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.db, R);

@@ -20,6 +20,8 @@
 //   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
+//   LocalValueGradsKernel (chunks, H, V/64)    scale M^T dO, the chunk-local part of dUt
+//                                              (chunk_delta_local_value_grads.cuh)
 //   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM (chunk_delta_row_terms.cuh)
 //   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T; chunk_delta_wy_backward.cuh)

@@ -1,0 +1,43 @@
+// The chunk-local part of the new values' gradient in the chunked delta rule (formulas in
+// chunk_delta_steps.h), one block per (chunk, head, 64-wide V slice):
+//   MtdO = scale M^T dO   (fp32, [R,H,V])
+// which the backward state pass adds to diag(exp(G_L - G)) K dS' chunk by chunk. Here, for all
+// chunks at once, it leaves the sequential pass one product fewer per chunk, and M and an fp32 dO
+// tile out of its shared memory: two blocks per multiprocessor at K = 128 instead of one.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/delta_rule/chunk_delta_copies.cuh"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+// M (fp32, leading dimension kLd: read transposed by the paired loads of the fp32 x bf16
+// product, conflict-free at 4 mod 16), then the bf16 dO tile.
+inline size_t LocalValueGradsSmem() { return kTile * sizeof(float) + kBf16Tile * sizeof(bf16); }
+
+__global__ void __launch_bounds__(kThreads, 3) LocalValueGradsKernel(StepBase b) {
+  extern __shared__ float4 smem4[];
+  float* M = reinterpret_cast<float*>(smem4);
+  bf16* d_o = reinterpret_cast<bf16*>(M + kTile);
+  const ChunkDeltaParams& p = b.p;
+  const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
+  const Chunk c = LocateChunk(p, chunk);
+  IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));
+  TokTilePieces(p.v_strides.token)
+      .Issue(d_o, p.d_o + In(p.v_strides, c.batch, c.t0, h) + v0, c.rows, 1);
+  __pipeline_commit();
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  Acc acc;
+  acc.Zero();
+  tile::MmaTf32Bf16Acc64<false>(acc, kBT, M, kLd, d_o, kLdBf16);
+  acc.Scale(p.scale);
+  StoreAccRows(acc, TokPtr(b.s.MtdO, p, c, 0, h, p.v_dim) + v0, int64_t{p.heads} * p.v_dim, c.rows);
+}
+
+}  // namespace flame::kernels::delta_chunk::tiles
