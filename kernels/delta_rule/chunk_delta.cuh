@@ -179,7 +179,10 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
       cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::FinishRowsKernel, chunks, 0, b, stream)) != cudaSuccess) return err;
+  if (p.qk_l2norm &&
+      (err = RunTiles(tiles::FinishRowsKernel, chunks, 0, b, stream)) != cudaSuccess) {
+    return err;
+  }
   if (!gated) return cudaSuccess;
   if ((err = RunStep(GateGrads{b}, stream)) != cudaSuccess) return err;
   return p.gate_in_kernel ? RunStep(HeadGrads{b}, stream) : cudaSuccess;

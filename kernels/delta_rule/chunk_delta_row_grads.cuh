@@ -20,7 +20,8 @@ namespace flame::kernels::delta_chunk::tiles {
 //   dG_i = scale gamma_i q_i.SdO_i - exp(G_L-G_i) k_i.dKd_i + beta_i gamma_i k_i.dX_i
 //          + rowsum_i(P + Qm) - colsum_i(P + Qm)   [last row: + gamma_L <S, dS'> + sum_m
 //          exp(G_L-G_m) k_m.dKd_m, the decay of the carried state and of every key]
-//   db_i  = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j
+//   dbeta_i = gamma_i k_i.dX_i + sum_{j<i} dA_ij D_ij k_i.k_j + v_i.dY_i (WYBackward's), through
+//             the sigmoid when beta comes as logits
 // P and Qm take Q K^T * D and K K^T * D from the chunk's M and KD (ChunkPrepare's), so the only
 // products are those of the gradients, three per K slice (the symmetric dAb + dAb^T takes the
 // two of dAb in one), each an fp32 x bf16 product of a TF32 matrix (dMD, dMD^T, dAb + dAb^T:
@@ -190,7 +191,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
       }
       const int64_t ri = (c.row + i) * p.heads + h;
       b.s.dG[ri] = dG;
-      b.s.db[ri] = gamma * k_dx[i] + db;
+      const float dbeta = gamma * k_dx[i] + db + b.s.vdy[ri];
+      p.dbeta[In(p.scalar_strides, c.batch, c.t0 + i, h)] =
+          p.beta_sigmoid ? dbeta * beta[i] * (1.0f - beta[i]) : dbeta;
     }
   }
 }

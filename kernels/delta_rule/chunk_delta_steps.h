@@ -73,9 +73,8 @@ struct Scratch {
   float* dA;           // chunk matrix: -T^T dT T^T, strictly lower
   float* KD;           // chunk matrix: strict_tril(K K^T * D), from the recompute's ChunkPrepare
   float* dX;           // [R,H,K]  gradient of diag(beta gamma) K
-  float* dY;           // [R,H,V]  gradient of diag(beta) V
   float* dG;           // [R,H]
-  float* db;           // [R,H]    the beta gradient's terms from the chunk products (not v . dY)
+  float* vdy;          // [R,H]    v . dY, dY the gradient of diag(beta) V: dbeta's part from U
   float* state_dots;   // [chunks,H,kMaxKSlices]: <S, dS'> of each chunk (the decay of the carried
                        // state), in parts per 64-wide K slice
   float* gate_sums;    // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
@@ -182,7 +181,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     take(&x.T, mat), take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
     take(&x.dW, R * K), take(&x.dKd, R * K), take(&x.SdO, R * K);
     take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
-    take(&x.dX, R * K), take(&x.dY, R * V), take(&x.dG, R), take(&x.db, R);
+    take(&x.dX, R * K), take(&x.dG, R), take(&x.vdy, R);
     take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);
   }
   return used;

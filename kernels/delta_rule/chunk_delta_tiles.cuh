@@ -24,11 +24,12 @@
 //                                              (chunk_delta_local_value_grads.cuh)
 //   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM (chunk_delta_row_terms.cuh)
-//   WYBackwardKernel      (chunks, H)          dX, dY, dA (through T; chunk_delta_wy_backward.cuh)
+//   WYBackwardKernel      (chunks, H)          dX, dA (through T), dv, v . dY
+//                                              (chunk_delta_wy_backward.cuh)
 //   RowGradsKernel        (chunks, H)          gradients of the normalised q and k (dq, dk
-//                                              without the l2norm), dG, db
+//                                              without the l2norm), dG, dbeta
 //                                              (chunk_delta_row_grads.cuh)
-//   FinishRowsKernel      (chunks, H)          dq, dk (l2norm backward), dv, dbeta
+//   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
 // near 0, where the factors matter; the tests' tolerances are four orders above that).
@@ -316,23 +317,21 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
 // ----------------------------------------------------------------------------------------------
 // Backward
 
-// Per (chunk, head), one warp per row: with the l2norm, dq and dk from the gradients of the
-// normalised rows (dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps)); dv = beta dY;
-// dbeta = db + v.dY, through the sigmoid when beta comes as logits. A lane moves four adjacent
+// Per (chunk, head), one warp per row, with the l2norm only: dq and dk from the gradients of the
+// normalised rows, dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps). A lane moves four adjacent
 // columns at a time (one 16-byte fp32 and one 8-byte bf16 access), so a warp covers 128 columns
-// of a row per access; a q or k row stays in registers between its two reductions and its write.
+// of a row per access; a row stays in registers between its two reductions and its write.
 __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
   constexpr int kPieces = kMaxK / 128;  // float4 pieces per lane of a q or k row
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y;
   const Chunk c = LocateChunk(p, chunk);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int K = p.k_dim, V = p.v_dim;
+  const int K = p.k_dim;
   for (int i = warp; i < c.rows; i += kWarps) {
     const int64_t ri = (c.row + i) * p.heads + h;
     const int64_t xi = In(p.qk_strides, c.batch, c.t0 + i, h);
-    // Without the l2norm RowGradsKernel wrote dq and dk.
-    for (int which = 0; which < (p.qk_l2norm ? 2 : 0); ++which) {
+    for (int which = 0; which < 2; ++which) {
       const __nv_bfloat16* raw = (which == 0 ? p.q : p.k) + xi;
       const __nv_bfloat16* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
       const float* dy = (which == 0 ? b.s.SdO : b.s.dKd) + ri * K;
@@ -344,48 +343,27 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
         const int e = j * 128 + lane * 4;
         if (e < K) {
           dyv[j] = *reinterpret_cast<const float4*>(dy + e);
-          if (p.qk_l2norm) {
-            yv[j] = LoadBf16x4(y + e);
-            const float4 x = LoadBf16x4(raw + e);
-            ss += Dot4(x, x);
-            ydy += Dot4(yv[j], dyv[j]);
-          }
+          yv[j] = LoadBf16x4(y + e);
+          const float4 x = LoadBf16x4(raw + e);
+          ss += Dot4(x, x);
+          ydy += Dot4(yv[j], dyv[j]);
         }
       }
-      float rstd = 1.0f;
-      if (p.qk_l2norm) {
-        for (int off = 16; off > 0; off /= 2) {
-          ss += __shfl_xor_sync(0xffffffffu, ss, off);
-          ydy += __shfl_xor_sync(0xffffffffu, ydy, off);
-        }
-        rstd = rsqrtf(ss + kL2NormEps);
+      for (int off = 16; off > 0; off /= 2) {
+        ss += __shfl_xor_sync(0xffffffffu, ss, off);
+        ydy += __shfl_xor_sync(0xffffffffu, ydy, off);
       }
+      const float rstd = rsqrtf(ss + kL2NormEps);
 #pragma unroll
       for (int j = 0; j < kPieces; ++j) {
         const int e = j * 128 + lane * 4;
         if (e < K) {
-          float4 g = dyv[j];
-          if (p.qk_l2norm) {
-            g = make_float4(rstd * (g.x - yv[j].x * ydy), rstd * (g.y - yv[j].y * ydy),
-                            rstd * (g.z - yv[j].z * ydy), rstd * (g.w - yv[j].w * ydy));
-          }
-          StoreBf16x4(dx + e, g);
+          const float4 g = dyv[j];
+          StoreBf16x4(dx + e,
+                      make_float4(rstd * (g.x - yv[j].x * ydy), rstd * (g.y - yv[j].y * ydy),
+                                  rstd * (g.z - yv[j].z * ydy), rstd * (g.w - yv[j].w * ydy)));
         }
       }
-    }
-    const float beta = b.s.bt[ri];
-    const int64_t vi = In(p.v_strides, c.batch, c.t0 + i, h);
-    float vdy = 0.0f;
-    for (int e = lane * 4; e < V; e += 128) {
-      const float4 dy = *reinterpret_cast<const float4*>(b.s.dY + ri * V + e);
-      vdy += Dot4(LoadBf16x4(p.v + vi + e), dy);
-      StoreBf16x4(p.dv + vi + e, make_float4(beta * dy.x, beta * dy.y, beta * dy.z, beta * dy.w));
-    }
-    for (int off = 16; off > 0; off /= 2) vdy += __shfl_xor_sync(0xffffffffu, vdy, off);
-    if (lane == 0) {
-      const float dbeta = b.s.db[ri] + vdy;
-      p.dbeta[In(p.scalar_strides, c.batch, c.t0 + i, h)] =
-          p.beta_sigmoid ? dbeta * beta * (1.0f - beta) : dbeta;
     }
   }
 }
