@@ -54,6 +54,16 @@ struct TokTilePieces {
   }
 };
 
+// The reverse: rows [0, rows) of a 64 x 64 bf16 tile (leading dimension kLdBf16) to 64 columns
+// of a bf16 tensor (dst: row 0, first column; rows row_stride apart), 16 bytes per piece.
+__device__ inline void StoreTokTile(bf16* dst, int64_t row_stride, const bf16* tile, int rows) {
+  for (int idx = threadIdx.x; idx < rows * 8; idx += kThreads) {
+    const int r = idx / 8, c8 = idx % 8 * 8;
+    *reinterpret_cast<uint4*>(dst + r * row_stride + c8) =
+        *reinterpret_cast<const uint4*>(tile + r * kLdBf16 + c8);
+  }
+}
+
 // A 64 x 64 fp32 matrix (rows src_ld apart: a chunk matrix, or a slice of a state) into a tile
 // of leading dimension kLdTile.
 template <int kLdTile>

@@ -77,11 +77,7 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   __syncthreads();
   acc.StoreBf16(q_stages, kLdBf16);
   __syncthreads();
-  for (int idx = threadIdx.x; idx < c.rows * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8 * 8;
-    *reinterpret_cast<uint4*>(p.o + In(p.v_strides, c.batch, c.t0 + r, h) + v0 + c8) =
-        *reinterpret_cast<const uint4*>(q_stages + r * kLdBf16 + c8);
-  }
+  StoreTokTile(p.o + In(p.v_strides, c.batch, c.t0, h) + v0, p.v_strides.token, q_stages, c.rows);
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -90,7 +90,9 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   if (b.s.T != nullptr) StoreMat(b.s.T + Mat(p, chunk, h), T);  // the backward (WYBackward)
   // T diag(f) into y (TF32; its earlier readers are behind the last barrier), each thread one
   // column m with its factor f, then dst = T diag(f) X for each 64-wide slice of the rows' tiles
-  // x, from the registers to the scratch.
+  // x: the product overwrites its own slice in bf16 once every warp has read it, and the slice
+  // leaves in 16-byte row pieces. (Stored from the registers, two columns per store, the kernel's
+  // outputs took most of its L1 requests.)
   const int m = threadIdx.x % kBT;
   const auto scale_t = [&](float f) {
 #pragma unroll
@@ -98,12 +100,16 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
       y[i * kLdT + m] = tile::RoundTf32(T[i * kLd + m] * f);
     }
   };
-  const auto store_t_times = [&](const bf16* x, int slices, auto* dst, int64_t ld) {
+  const auto store_t_times = [&](bf16* x, int slices, bf16* dst, int64_t ld) {
     for (int j = 0; j < slices; ++j) {
+      bf16* slice = x + j * kBf16Tile;
       Acc acc;
       acc.Zero();
-      tile::MmaTf32Bf16Acc64(acc, kBT, y, kLdT, x + j * kBf16Tile, kLdBf16);
-      StoreAccRows(acc, dst + j * kBT, ld, c.rows);
+      tile::MmaTf32Bf16Acc64(acc, kBT, y, kLdT, slice, kLdBf16);
+      __syncthreads();  // every warp has read the slice
+      acc.StoreBf16(slice, kLdBf16);
+      __syncthreads();
+      StoreTokTile(dst + j * kBT, ld, slice, c.rows);
     }
   };
   scale_t(beta[m] * __expf(G[m]));

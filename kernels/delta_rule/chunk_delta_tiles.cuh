@@ -175,10 +175,12 @@ __device__ inline void StoreState(float* dst, const float* src, int rows, int v_
 // T = (I + A)^-1 for strictly lower A (both tiles, leading dimension kLd), in 16 x 16 blocks:
 // the four diagonal blocks by forward substitution side by side, then block row by block row
 //   R_ij = sum_{j <= k < i} A_ik T_kj,  T_ij = -T_ii R_ij   (block indices, j < i),
-// each a few dozen FMAs per thread between two barriers. (Forward substitution down all 64 rows
-// was 63 dependent steps, each reading a row of A per lane: the kernel's shared-memory pipe was
-// its limit.) Everything in fp32; rows with A = 0 (past the chunk's end) stay unit rows. Writes T
-// (rounded to TF32: an operand); ends synchronised.
+// the blocks j of a block row side by side, each thread four adjacent columns of one row: a
+// 16-byte load of T (or R) serves four FMAs and an A (or T_ii) value is loaded once for the
+// four. (One element per thread, every FMA waited on a load: forward substitution down all 64
+// rows, 63 dependent steps each reading a row of A per lane, before that: the kernel's
+// shared-memory pipe was its limit.) Everything in fp32; rows with A = 0 (past the chunk's end)
+// stay unit rows. Writes T (rounded to TF32: an operand); ends synchronised.
 constexpr int kInvBlock = 16;
 constexpr int kInvBlocks = kBT / kInvBlock;
 
@@ -207,42 +209,47 @@ __device__ inline void InvertUnitLower(float* T, const float* A) {
     for (int t = 0; t < kInvBlock / 4; ++t) T[(o + part + 4 * t) * kLd + o + c] = col[t];
   }
   __syncthreads();
-  // Block rows 1..3: thread (r, c) of each 16 x 16 block. R_ij waits in block (j, i) of T, above
-  // the diagonal, which is zero at the end.
-  const int r = threadIdx.x / kInvBlock, c = threadIdx.x % kInvBlock;
+  // Block rows 1..3: thread (jb, r, c4) of block column jb < i, row r, columns c4 .. c4 + 3. R_ij
+  // waits in block (j, i) of T, above the diagonal, which is zero at the end; T_ij goes below
+  // it, where no thread of the block row reads.
+  const int jb = threadIdx.x / 64, r = threadIdx.x / 4 % kInvBlock, c4 = threadIdx.x % 4 * 4;
+  const auto fma4 = [](float4& acc, float a, float4 b) {
+    acc.x += a * b.x, acc.y += a * b.y, acc.z += a * b.z, acc.w += a * b.w;
+  };
 #pragma unroll
   for (int i = 1; i < kInvBlocks; ++i) {
-    const float* a_row = A + (i * kInvBlock + r) * kLd;
-#pragma unroll
-    for (int j = 0; j < i; ++j) {
-      float acc = 0.0f;
-#pragma unroll
-      for (int k = j; k < i; ++k) {
+    if (jb < i) {
+      const float* a_row = A + (i * kInvBlock + r) * kLd;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int k = jb; k < i; ++k) {
 #pragma unroll
         for (int m4 = 0; m4 < kInvBlock; m4 += 4) {
           const float4 a = *reinterpret_cast<const float4*>(a_row + k * kInvBlock + m4);
-          const float* t_col = T + (k * kInvBlock + m4) * kLd + j * kInvBlock + c;
-          acc += a.x * t_col[0] + a.y * t_col[kLd] + a.z * t_col[2 * kLd] + a.w * t_col[3 * kLd];
+          const float* t = T + (k * kInvBlock + m4) * kLd + jb * kInvBlock + c4;
+          fma4(acc, a.x, *reinterpret_cast<const float4*>(t));
+          fma4(acc, a.y, *reinterpret_cast<const float4*>(t + kLd));
+          fma4(acc, a.z, *reinterpret_cast<const float4*>(t + 2 * kLd));
+          fma4(acc, a.w, *reinterpret_cast<const float4*>(t + 3 * kLd));
         }
       }
-      T[(j * kInvBlock + r) * kLd + i * kInvBlock + c] = acc;
+      *reinterpret_cast<float4*>(T + (jb * kInvBlock + r) * kLd + i * kInvBlock + c4) = acc;
     }
     __syncthreads();
-    const float* t_row = T + (i * kInvBlock + r) * kLd + i * kInvBlock;
-    float out[kInvBlocks - 1];
-#pragma unroll
-    for (int j = 0; j < i; ++j) {
-      float acc = 0.0f;
+    if (jb < i) {
+      const float* t_row = T + (i * kInvBlock + r) * kLd + i * kInvBlock;
+      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 #pragma unroll
       for (int m4 = 0; m4 < kInvBlock; m4 += 4) {
         const float4 t = *reinterpret_cast<const float4*>(t_row + m4);
-        const float* r_col = T + (j * kInvBlock + m4) * kLd + i * kInvBlock + c;
-        acc += t.x * r_col[0] + t.y * r_col[kLd] + t.z * r_col[2 * kLd] + t.w * r_col[3 * kLd];
+        const float* r_col = T + (jb * kInvBlock + m4) * kLd + i * kInvBlock + c4;
+        fma4(acc, t.x, *reinterpret_cast<const float4*>(r_col));
+        fma4(acc, t.y, *reinterpret_cast<const float4*>(r_col + kLd));
+        fma4(acc, t.z, *reinterpret_cast<const float4*>(r_col + 2 * kLd));
+        fma4(acc, t.w, *reinterpret_cast<const float4*>(r_col + 3 * kLd));
       }
-      out[j] = -acc;
+      *reinterpret_cast<float4*>(T + (i * kInvBlock + r) * kLd + jb * kInvBlock + c4) =
+          make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
     }
-#pragma unroll
-    for (int j = 0; j < i; ++j) T[(i * kInvBlock + r) * kLd + j * kInvBlock + c] = out[j];
     __syncthreads();
   }
   const int col = threadIdx.x % kBT;  // a fixed column per thread: no index arithmetic per element
