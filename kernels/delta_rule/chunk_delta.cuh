@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "kernels/common/launch_checks.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
@@ -52,6 +53,46 @@ inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, co
   kernel<<<grid, tiles::kThreads, smem, stream>>>(base);
   return cudaGetLastError();
 }
+
+// A variant of a state pass: its kernel and shared memory.
+struct PassVariant {
+  void (*kernel)(StepBase) = nullptr;
+  size_t smem = 0;
+};
+
+// Of a pass's variants, the one that runs its `blocks` blocks in the fewest waves on this device
+// (blocks per multiprocessor from the occupancy calculator: registers and shared memory), the
+// earlier on a tie; sets the kernels' shared-memory limits. cudaErrorNotSupported where none
+// fits the device's shared memory per block (the backward pass at K = 256 on a device with less
+// than the H200's 227 KB, such as the A100's 163 KB).
+inline cudaError_t PickVariant(std::initializer_list<PassVariant> variants, int64_t blocks,
+                               PassVariant* picked) {
+  int device = 0, smem_limit = 0, sms = 0;
+  cudaError_t err;
+  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
+                                    device)) != cudaSuccess ||
+      (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+    return err;
+  }
+  int64_t best_waves = 0;
+  for (const PassVariant& v : variants) {
+    if (v.smem > static_cast<size_t>(smem_limit)) continue;
+    int per_sm = 0;
+    if ((err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                    static_cast<int>(v.smem))) != cudaSuccess ||
+        (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v.kernel, tiles::kThreads,
+                                                             v.smem)) != cudaSuccess) {
+      return err;
+    }
+    if (per_sm == 0) continue;
+    const int64_t slots = int64_t{per_sm} * sms, waves = (blocks + slots - 1) / slots;
+    if (best_waves == 0 || waves < best_waves) best_waves = waves, *picked = v;
+  }
+  return best_waves > 0 ? cudaSuccess : cudaErrorNotSupported;
+}
+
+inline int64_t Blocks(dim3 grid) { return int64_t{grid.x} * grid.y * grid.z; }
 
 inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward) {
   const bool shapes =
@@ -118,55 +159,29 @@ inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaSt
   return RunForwardKernels(MakeStepBase(params, gated, false), true, stream);
 }
 
-// The backward state pass's variant: of the one that double-buffers all of a chunk's tiles and
-// the one that double-buffers only the keys (see StateBackwardKernel), the one that runs more
-// blocks per multiprocessor on this device (the first on a tie). Sets the kernels'
-// shared-memory limits. cudaErrorNotSupported where neither fits (K = 256 on a device with less
-// than the H200's 227 KB per block, such as the A100's 163 KB).
-inline cudaError_t PickStateBackward(int k_dim, void (**kernel)(StepBase), size_t* smem) {
-  int device = 0, smem_limit = 0;
-  cudaError_t err;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                    device)) != cudaSuccess) {
-    return err;
-  }
-  int best_blocks = 0;
-  for (const bool split : {false, true}) {
-    void (*candidate)(StepBase) = tiles::StateBackwardFor(k_dim / kBT, split);
-    const size_t bytes = tiles::StateBackwardSmem(k_dim, split);
-    if (bytes > static_cast<size_t>(smem_limit)) continue;
-    int blocks = 0;
-    if ((err = cudaFuncSetAttribute(candidate, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(bytes))) != cudaSuccess ||
-        (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, candidate, tiles::kThreads,
-                                                             bytes)) != cudaSuccess) {
-      return err;
-    }
-    if (blocks > best_blocks) best_blocks = blocks, *kernel = candidate, *smem = bytes;
-  }
-  return best_blocks > 0 ? cudaSuccess : cudaErrorNotSupported;
-}
-
 // Recomputes the forward scratch (without o and the final state), then the gradients.
 inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
-  void (*state_pass)(StepBase) = nullptr;
-  size_t pass_smem = 0;
-  cudaError_t err = PickStateBackward(params.k_dim, &state_pass, &pass_smem);
-  if (err != cudaSuccess) return err;
   const StepBase b = MakeStepBase(params, gated, true);
+  const ChunkDeltaParams& p = b.p;
+  const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
+  // The pass that double-buffers all of a chunk's tiles, or the one that double-buffers only the
+  // keys (see StateBackwardKernel).
+  PassVariant pass;
+  cudaError_t err = PickVariant(
+      {{tiles::StateBackwardFor(p.k_dim / kBT, false), tiles::StateBackwardSmem(p.k_dim, false)},
+       {tiles::StateBackwardFor(p.k_dim / kBT, true), tiles::StateBackwardSmem(p.k_dim, true)}},
+      Blocks(seqs), &pass);
+  if (err != cudaSuccess) return err;
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
   err = RunForwardKernels(recompute, false, stream);
   if (err != cudaSuccess) return err;
-  const ChunkDeltaParams& p = b.p;
-  const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
   if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks, p.heads, p.v_dim / kBT),
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(state_pass, seqs, pass_smem, b, stream)) != cudaSuccess) return err;
+  if ((err = RunTiles(pass.kernel, seqs, pass.smem, b, stream)) != cudaSuccess) return err;
   if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
                       tiles::RowTermsSmem(), b, stream)) != cudaSuccess) {
     return err;

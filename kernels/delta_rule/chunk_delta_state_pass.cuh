@@ -260,7 +260,10 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 // Forward: per chunk, in order,
 //   S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
 // Two barriers per chunk: the swap of tile sets, and the decayed new values (bf16, the update's
-// right-hand side).
+// right-hand side). (A variant that double-buffered only W and G, the keys copied at the start of
+// their own chunk, fitted three blocks per multiprocessor at K = 128 and ran (1, 8192, 96, 128)'s
+// 384 blocks in one wave instead of two -- in 598 us instead of 590: the keys' copy, exposed once
+// per chunk, cost what the wave saved.)
 template <int kNk>
 __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
@@ -359,7 +362,8 @@ inline size_t StateForwardSmem(int k_dim) {
 // on the H200, K = 128 on the A100): only the keys are double-buffered; the queries and W go into
 // their one buffer at the start of their own chunk (they are needed last), dO and G into theirs
 // once the chunk before is done with them (at its last barrier), a chunk's last step ahead of
-// their first use. The launcher picks the variant that runs more blocks per multiprocessor.
+// their first use. The launcher picks the variant that runs the pass in fewer waves of blocks
+// (the double-buffered one on a tie).
 // (With M^T dO in the pass -- an fp32 M tile and an fp32 dO tile per chunk, a third barrier --
 // the pass ran one block per multiprocessor at K = 128: 1383 us at (1, 8192, 96, 128).)
 template <int kNk, bool kSplit>

@@ -24,7 +24,10 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{false, 2, 77, 1, 256, 256, {}, 0, true, true, 33},
                       DeltaCase{false, 1, 263, 2, 128, 64, kOddLengths, 0, true, true, 34},
                       DeltaCase{false, 1, 263, 2, 64, 128, kOddLengths, 0, false, false, 35},
-                      DeltaCase{false, 2, 150, 4, 128, 128, {}, 0, false, true, 36}),
+                      DeltaCase{false, 2, 150, 4, 128, 128, {}, 0, false, true, 36},
+                      // 72 heads: 288 state-pass blocks, more than one per multiprocessor on the
+                      // H200, where the launcher picks the backward pass's single-buffered variant.
+                      DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 37}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace
