@@ -62,7 +62,7 @@ done
 echo "$(elapsed) tests done (status $status)"
 
 # compute-sanitizer on the delta-rule kernels (memcheck over every gated case, racecheck over a
-# fixed-length and a varlen case); the GPU is free while fla's warm-up workers compile.
+# fixed-length, a varlen and the 72-head case); the GPU is free while fla's warm-up workers compile.
 if [ "${SANITIZE:-1}" = 1 ]; then
   san() {
     local tool=$1 test=$2 filter=$3
@@ -74,7 +74,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     [ $rc = 0 ] || status=1
   }
   san memcheck chunk_gated_delta_rule_test '*'
-  san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*'
+  san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*:*H72*'
   echo "$(elapsed) sanitizers done (status $status)"
 fi
 
