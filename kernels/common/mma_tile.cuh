@@ -379,35 +379,26 @@ struct Tf32PairedBOperandT {
   }
 };
 
-// The same permutation with the operands' roles swapped: an fp32 A of TF32 values, A(i, l) =
-// a[i * lda + l], whose a0, a2 (a1, a3) of row i (i + 8) are a[i][2t], a[i][2t + 1], one 8-byte
-// load (lda = 8 mod 32 is conflict-free); and a bf16 B, B(l, j) = b[l * ldb + j], whose
-// ldmatrix.trans pairs (rows 2t, 2t + 1 of a 16-row step) unpack into the b0, b1 of the step's
-// two TF32 k steps. The A loads are those of Tf32PairedBOperandT (rows g and g + 8 of the tile,
-// columns 2t, 2t + 1), their values in the A fragment's order.
-struct Tf32PairedAOperand {
-  Tf32PairedBOperandT rows;
-  __device__ __forceinline__ Tf32PairedAOperand(const float* a, int lda) : rows(a, lda) {}
+// The same permutation with the operands' roles swapped: an fp32 A of TF32 values whose a0, a2
+// (a1, a3) of row i (i + 8) are A(i, 2t), A(i, 2t + 1); and a bf16 B, B(l, j) = b[l * ldb + j],
+// whose ldmatrix.trans pairs (rows 2t, 2t + 1 of a 16-row step) unpack into the b0, b1 of the
+// step's two TF32 k steps. The A loads are those of a B loader whose b0, b1 of columns 8h .. 8h
+// + 7 are the pair of A's row 8h + g: Tf32PairedBOperandT for a row-major A, A(i, l) =
+// a[i * lda + l] (one 8-byte load per pair, lda = 8 mod 32 conflict-free), Tf32PairedBOperand
+// for the transposed A(i, l) = a[l * lda + i] (lda = 4 mod 16 conflict-free); their values in the
+// A fragment's order.
+template <typename PairLoads>
+struct Tf32PairedA {
+  PairLoads pairs;
+  __device__ __forceinline__ Tf32PairedA(const float* a, int lda) : pairs(a, lda) {}
   __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
     uint32_t r[4];  // row g: r[0], r[1]; row g + 8: r[2], r[3]
-    rows.Load(r, l);
+    pairs.Load(r, l);
     f[0] = r[0], f[2] = r[1], f[1] = r[2], f[3] = r[3];
   }
 };
-
-// The transposed fp32 A, A(i, l) = a[l * lda + i], with the same permutation: a0, a2 (a1, a3)
-// of row i (i + 8) are a[2t][i], a[2t + 1][i] (i + 8) -- Tf32PairedBOperand's loads (rows 2t and
-// 2t + 1, columns g and g + 8), their values in the A fragment's order. lda = 4 mod 16 is
-// conflict-free.
-struct Tf32PairedAOperandT {
-  Tf32PairedBOperand cols;
-  __device__ __forceinline__ Tf32PairedAOperandT(const float* a, int lda) : cols(a, lda) {}
-  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
-    uint32_t c[4];  // column g: c[0], c[1]; column g + 8: c[2], c[3]
-    cols.Load(c, l);
-    f[0] = c[0], f[2] = c[1], f[1] = c[2], f[3] = c[3];
-  }
-};
+using Tf32PairedAOperand = Tf32PairedA<Tf32PairedBOperandT>;
+using Tf32PairedAOperandT = Tf32PairedA<Tf32PairedBOperand>;
 
 // acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 and B fp32 of TF32 values
 // (layout flags as Mma; B row-major conflict-free at ldb = 4 mod 16, the transposed B at 8 mod
