@@ -21,7 +21,7 @@ using bf16 = __nv_bfloat16;
 constexpr int kLdBf16 = 72;  // leading dimension of a 64-wide bf16 tile: 64 x 72 x 2 = 9216 B
 constexpr int kLdF32 = 68;   // leading dimension of a 64-wide fp32 tile: 64 x 68 x 4 = 17408 B
 
-// TF32 products (MmaTf32Acc64, MmaTf32Warp16, and those with a bf16 operand) take fp32 tiles
+// TF32 products (MmaTf32Acc64, and MmaTf32Bf16Acc64 with a bf16 operand) take fp32 tiles
 // whose values are already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each
 // 32-bit operand, so a kernel rounds a value once where it stages or produces an operand tile
 // (RoundTf32) instead of once per fragment load (each element is loaded by two to four warps).
@@ -56,12 +56,8 @@ struct WarpAcc16 {
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] = RoundTf32(x[e]);
   }
-  __device__ __forceinline__ void Add(const WarpAcc16& o) {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] += o.x[e];
-  }
   // From / to a 16 x 16 tile of a shared-memory matrix at c (leading dimension ldc, 8-byte
-  // aligned rows). With kRound the stored copy is rounded to TF32 (the registers keep fp32).
+  // aligned rows).
   __device__ __forceinline__ void Load(const float* c, int ldc) {
     const uint32_t base = ptx::SharedAddr(c + LaneRow() * ldc + LaneCol());
 #pragma unroll
@@ -74,16 +70,14 @@ struct WarpAcc16 {
       }
     }
   }
-  template <bool kRound = false>
   __device__ __forceinline__ void Store(float* c, int ldc) const {
     const uint32_t base = ptx::SharedAddr(c + LaneRow() * ldc + LaneCol());
 #pragma unroll
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const float a = x[4 * h + 2 * half], b = x[4 * h + 2 * half + 1];
-        ptx::StoreShared2(base + 4 * (half * 8 * ldc + h * 8), kRound ? RoundTf32(a) : a,
-                          kRound ? RoundTf32(b) : b);
+        ptx::StoreShared2(base + 4 * (half * 8 * ldc + h * 8), x[4 * h + 2 * half],
+                          x[4 * h + 2 * half + 1]);
       }
     }
   }
@@ -208,26 +202,20 @@ struct Acc64 {
 #pragma unroll
     for (int i = 0; i < 2; ++i) part[i].StoreBf16(c + Row(i) * ldc + Col(), ldc);
   }
-  // c = C, each warp writing only its own tiles (with kRound rounded to TF32, for a copy that is
-  // only ever read as an operand); the __syncwarp orders the stores before the warp's next reads
-  // of c.
-  template <bool kRound = false>
+  // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
+  // warp's next reads of c.
   __device__ __forceinline__ void Store(float* c, int ldc) const {
 #pragma unroll
-    for (int i = 0; i < 2; ++i) part[i].Store<kRound>(c + Row(i) * ldc + Col(), ldc);
+    for (int i = 0; i < 2; ++i) part[i].Store(c + Row(i) * ldc + Col(), ldc);
     __syncwarp();
   }
   // c = C^T (c[col * ldc + row] = C(row, col)), for a product formed transposed, as Store
   // otherwise. A warp's stores of one register hit all 32 banks at ldc = 4 mod 32 (kLdF32).
-  template <bool kRound = false>
   __device__ __forceinline__ void StoreTransposed(float* c, int ldc) const {
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const float x = part[i].x[e];
-        c[ElementCol(e) * ldc + ElementRow(i, e)] = kRound ? RoundTf32(x) : x;
-      }
+      for (int e = 0; e < 8; ++e) c[ElementCol(e) * ldc + ElementRow(i, e)] = part[i].x[e];
     }
     __syncwarp();
   }
@@ -252,29 +240,6 @@ __device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a,
     MmaStep(acc.part[0], fa0, fb);
     MmaStep(acc.part[1], fa1, fb);
   }
-}
-
-// acc += A[16 x kd] B[kd x 16] by one warp from TF32 values, with a pointing at A(0, 0) and b at
-// B(0, 0) (layout flags as Mma). The even and odd k-steps run as two independent MMA chains.
-// kd a multiple of 16.
-template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Warp16(WarpAcc16& acc, int kd, const float* a, int lda,
-                                              const float* b, int ldb) {
-  const Tf32AOperand<kARowMajor> ao(a, lda);
-  const Tf32BOperand<kBRowMajor> bo(b, ldb);
-  WarpAcc16 odd;
-  odd.Zero();
-#pragma unroll 2
-  for (int l0 = 0; l0 < kd; l0 += 16) {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-      uint32_t fa[4], fb[4];
-      ao.Load(fa, l0 + 8 * i);
-      bo.Load(fb, l0 + 8 * i);
-      MmaStep(i == 0 ? acc : odd, fa, fb);
-    }
-  }
-  acc.Add(odd);
 }
 
 // Operand fragments of a warp's m16n8k16 bf16 product step (two n8 halves), read with ldmatrix
@@ -318,114 +283,58 @@ struct Bf16BOperand {
   }
 };
 
-// TF32 products with a bf16 A operand (bf16 values are exact in TF32) and an fp32 B operand of
-// TF32 values: for kernels that keep the large operand in bf16 (half the traffic and shared
-// memory) but want the other one, a carried fp32 state, rounded only to TF32. A bf16 ldmatrix
-// gives lane (g, t) columns 2t and 2t + 1 of row g in one register, where the TF32 fragment wants
-// columns t and t + 4. A product sums over k in any order, so the step reads k slot t as column
-// 2t and slot t + 4 as column 2t + 1 -- in both operands: the B loader reads rows 2t and 2t + 1.
+// TF32 products of an fp32 A of TF32 values and a bf16 B (bf16 values are exact in TF32): for a
+// product whose other operand is bf16 (half the traffic and shared memory) but whose fp32 factor
+// should be rounded only to TF32. A bf16 ldmatrix.trans of B gives lane (g, t) rows 2t and 2t + 1
+// of column g in one register, where the TF32 fragment wants rows t and t + 4. A product sums
+// over k in any order, so each TF32 k step reads k slot t as row 2t and slot t + 4 as row 2t + 1
+// -- in both operands: lane (g, t)'s a0, a2 (a1, a3) are A(g, 2t), A(g, 2t + 1) (of row g + 8),
+// and one ldmatrix.x4 covers the B of two k steps.
 //
-// A: one bf16 ldmatrix.x4 (Bf16AOperand's addressing, either layout) covers 16 k, unpacked into
-// the fragments of the two TF32 k steps.
-template <bool kRowMajor>
-struct Bf16AsTf32AOperand {
-  Bf16AOperand<kRowMajor> pairs;
-  __device__ __forceinline__ Bf16AsTf32AOperand(const bf16* a, int lda) : pairs(a, lda) {}
-  __device__ __forceinline__ void Load(uint32_t (&f)[2][4], int l) const {
-    uint32_t r[4];
-    pairs.Load(r, l);
-    // r[0], r[1]: rows g, g + 8 of columns 2t, 2t + 1; r[2], r[3]: the same 8 columns on.
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      f[s][0] = r[2 * s] << 16;
-      f[s][1] = r[2 * s + 1] << 16;
-      f[s][2] = r[2 * s] & 0xffff0000u;
-      f[s][3] = r[2 * s + 1] & 0xffff0000u;
-    }
-  }
-};
-// B(l, j) = b[l * ldb + j] with the k permutation above: b0, b1 of column j are rows 2t, 2t + 1
-// of the step. ldb = 4 mod 16 spreads each load over all 32 banks.
-struct Tf32PairedBOperand {
+// A's pairs at k offset l: p[2h], p[2h + 1] = A(8h + g, l + 2t), A(8h + g, l + 2t + 1).
+// Row-major A, A(i, l) = a[i * lda + l]: one 8-byte load per pair; lda = 8 mod 32 is conflict-free.
+struct Tf32RowPairs {
   uint32_t base;
-  int ldb;
-  __device__ __forceinline__ Tf32PairedBOperand(const float* b, int ldb_) : ldb(ldb_) {
+  int lda;
+  __device__ __forceinline__ Tf32RowPairs(const float* a, int lda_) : lda(lda_) {
     const int lane = threadIdx.x % 32;
-    base = ptx::SharedAddr(b + lane % 4 * 2 * ldb + lane / 4);
+    base = ptx::SharedAddr(a + lane / 4 * lda + lane % 4 * 2);
   }
-  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
-    const uint32_t at = base + 4 * l * ldb;
-    f[0] = ptx::LoadShared(at);
-    f[1] = ptx::LoadShared(at + 4 * ldb);
-    f[2] = ptx::LoadShared(at + 4 * 8);
-    f[3] = ptx::LoadShared(at + 4 * (ldb + 8));
-  }
-};
-
-// B(l, j) = b[j * ldb + l] (the transpose of a stored fp32 tile) with the same permutation: b0,
-// b1 of column j are b[j][2t], b[j][2t + 1], one 8-byte load. ldb = 8 mod 32 is conflict-free.
-struct Tf32PairedBOperandT {
-  uint32_t base;
-  int ldb;
-  __device__ __forceinline__ Tf32PairedBOperandT(const float* b, int ldb_) : ldb(ldb_) {
-    const int lane = threadIdx.x % 32;
-    base = ptx::SharedAddr(b + lane / 4 * ldb + lane % 4 * 2);
-  }
-  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
+  __device__ __forceinline__ void Load(uint32_t (&p)[4], int l) const {
     const float2 lo = ptx::LoadShared2(base + 4 * l);
-    const float2 hi = ptx::LoadShared2(base + 4 * (l + 8 * ldb));
-    f[0] = __float_as_uint(lo.x), f[1] = __float_as_uint(lo.y);
-    f[2] = __float_as_uint(hi.x), f[3] = __float_as_uint(hi.y);
+    const float2 hi = ptx::LoadShared2(base + 4 * (l + 8 * lda));
+    p[0] = __float_as_uint(lo.x), p[1] = __float_as_uint(lo.y);
+    p[2] = __float_as_uint(hi.x), p[3] = __float_as_uint(hi.y);
   }
 };
-
-// The same permutation with the operands' roles swapped: an fp32 A of TF32 values whose a0, a2
-// (a1, a3) of row i (i + 8) are A(i, 2t), A(i, 2t + 1); and a bf16 B, B(l, j) = b[l * ldb + j],
-// whose ldmatrix.trans pairs (rows 2t, 2t + 1 of a 16-row step) unpack into the b0, b1 of the
-// step's two TF32 k steps. The A loads are those of a B loader whose b0, b1 of columns 8h .. 8h
-// + 7 are the pair of A's row 8h + g: Tf32PairedBOperandT for a row-major A, A(i, l) =
-// a[i * lda + l] (one 8-byte load per pair, lda = 8 mod 32 conflict-free), Tf32PairedBOperand
-// for the transposed A(i, l) = a[l * lda + i] (lda = 4 mod 16 conflict-free); their values in the
-// A fragment's order.
-template <typename PairLoads>
-struct Tf32PairedA {
-  PairLoads pairs;
-  __device__ __forceinline__ Tf32PairedA(const float* a, int lda) : pairs(a, lda) {}
+// Transposed A, A(i, l) = a[l * lda + i]: two 4-byte loads per pair; lda = 4 mod 16 spreads each
+// load over all 32 banks.
+struct Tf32ColumnPairs {
+  uint32_t base;
+  int lda;
+  __device__ __forceinline__ Tf32ColumnPairs(const float* a, int lda_) : lda(lda_) {
+    const int lane = threadIdx.x % 32;
+    base = ptx::SharedAddr(a + lane % 4 * 2 * lda + lane / 4);
+  }
+  __device__ __forceinline__ void Load(uint32_t (&p)[4], int l) const {
+    const uint32_t at = base + 4 * l * lda;
+    p[0] = ptx::LoadShared(at);
+    p[1] = ptx::LoadShared(at + 4 * lda);
+    p[2] = ptx::LoadShared(at + 4 * 8);
+    p[3] = ptx::LoadShared(at + 4 * (lda + 8));
+  }
+};
+// The A fragment of a TF32 k step from the pairs (layout flag as Mma).
+template <bool kRowMajor>
+struct Tf32PairedAOperand {
+  std::conditional_t<kRowMajor, Tf32RowPairs, Tf32ColumnPairs> pairs;
+  __device__ __forceinline__ Tf32PairedAOperand(const float* a, int lda) : pairs(a, lda) {}
   __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
-    uint32_t r[4];  // row g: r[0], r[1]; row g + 8: r[2], r[3]
-    pairs.Load(r, l);
-    f[0] = r[0], f[2] = r[1], f[1] = r[2], f[3] = r[3];
+    uint32_t p[4];
+    pairs.Load(p, l);
+    f[0] = p[0], f[2] = p[1], f[1] = p[2], f[3] = p[3];
   }
 };
-using Tf32PairedAOperand = Tf32PairedA<Tf32PairedBOperandT>;
-using Tf32PairedAOperandT = Tf32PairedA<Tf32PairedBOperand>;
-
-// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A bf16 and B fp32 of TF32 values
-// (layout flags as Mma; B row-major conflict-free at ldb = 4 mod 16, the transposed B at 8 mod
-// 32); kd a multiple of 16. The two TF32 k steps of each bf16 fragment load share the B loader.
-template <bool kARowMajor, bool kBRowMajor = true>
-__device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16* a, int lda,
-                                                 const float* b, int ldb) {
-  using BOperand = std::conditional_t<kBRowMajor, Tf32PairedBOperand, Tf32PairedBOperandT>;
-  const BOperand bo(kBRowMajor ? b + Acc64::Col() : b + Acc64::Col() * ldb, ldb);
-  const Bf16AsTf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0),
-                                          lda);
-  const Bf16AsTf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1),
-                                          lda);
-#pragma unroll 2
-  for (int l0 = 0; l0 < kd; l0 += 16) {
-    uint32_t fa0[2][4], fa1[2][4];
-    a0.Load(fa0, l0);
-    a1.Load(fa1, l0);
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      uint32_t fb[4];
-      bo.Load(fb, l0 + 8 * s);
-      MmaStep(acc.part[0], fa0[s], fb);
-      MmaStep(acc.part[1], fa1[s], fb);
-    }
-  }
-}
 
 // acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A fp32 of TF32 values (row-major: lda =
 // 8 mod 32; kARowMajor false, A(i, l) = a[l * lda + i]: lda = 4 mod 16) and B a row-major bf16
@@ -434,7 +343,7 @@ __device__ __forceinline__ void MmaBf16Tf32Acc64(Acc64& acc, int kd, const bf16*
 template <bool kARowMajor = true>
 __device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float* a, int lda,
                                                  const bf16* b, int ldb) {
-  using AOperand = std::conditional_t<kARowMajor, Tf32PairedAOperand, Tf32PairedAOperandT>;
+  using AOperand = Tf32PairedAOperand<kARowMajor>;
   const Bf16BOperand<true> bo(b + Acc64::Col(), ldb);
   const AOperand a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
   const AOperand a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);

@@ -43,11 +43,9 @@ using tile::WarpAcc16;
 
 constexpr int kBV = 32;  // V columns per block
 // Leading dimensions of the 32-wide tiles: kLdS for the fp32 staging of a state slice (16-byte
-// rows), kLdV for the fp32 B operands of the TF32 products (= 8 mod 32: conflict-free fragment
-// loads), kLdSb for the bf16 operands (state copies, the update's right-hand sides) read by
+// rows), kLdSb for the bf16 operands (state copies, the update's right-hand sides) read by
 // ldmatrix (rows 80 bytes apart: conflict-free). (64-wide tiles: kLd, kLdT.)
 constexpr int kLdS = kBV + 4;
-constexpr int kLdV = kBV + 8;
 constexpr int kLdSb = kBV + 8;
 
 // Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol(). The
@@ -358,8 +356,8 @@ inline size_t StateForwardSmem(int k_dim) {
 // barriers per chunk: the swap, -dUt. The products over K take bf16 copies of dS, of scale
 // diag(gamma) dO and of -dUt.
 //
-// kSplit (where two full tile sets would keep a block per multiprocessor fewer: K = 128 and 256
-// on the H200, K = 128 on the A100): only the keys are double-buffered; the queries and W go into
+// kSplit (two blocks per multiprocessor instead of one at K = 128 on the H200; the only variant
+// that fits at K = 256): only the keys are double-buffered; the queries and W go into
 // their one buffer at the start of their own chunk (they are needed last), dO and G into theirs
 // once the chunk before is done with them (at its last barrier), a chunk's last step ahead of
 // their first use. The launcher picks the variant that runs the pass in fewer waves of blocks
