@@ -14,8 +14,10 @@
 // every accumulator are fp32.
 //
 // Kernels (256 threads on 64 x 64 tiles; K, V any multiple of 64):
-//   ChunkUpdateKernel,   the per-chunk states h_c (forward) and dh_c (backward): each chunk's own
-//   StateScanKernel      update in parallel, then an elementwise scan over the chunks
+//   head gate:           StatePassKernel, the per-chunk states h_c (forward) and dh_c (backward)
+//                        by one sequential pass per state tile (chunk_gated_state_pass.cuh)
+//   channel gate:        ChunkUpdateKernel + StateScanKernel, the same states by each chunk's own
+//                        update in parallel, then an elementwise scan over the chunks
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadOutputKernel (o or dv), HeadGradQKKernel + HeadGateGradKernel (dq,
 //                        dk, dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
@@ -34,9 +36,11 @@
 #include "kernels/common/chunk_gated_head_grad_qk.cuh"
 #include "kernels/common/chunk_gated_head_output.cuh"
 #include "kernels/common/chunk_gated_params.h"
+#include "kernels/common/chunk_gated_state_pass.cuh"
 #include "kernels/common/chunk_gated_states.cuh"
 #include "kernels/common/chunk_gated_tiles.cuh"
 #include "kernels/common/launch_checks.h"
+#include "kernels/common/launch_waves.h"
 #include "kernels/common/mma_tile.cuh"
 
 namespace flame::kernels::gated_chunk {
@@ -60,9 +64,9 @@ inline size_t StateBytes(const ChunkGatedParams& p, int blocks) {
 
 inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
-// The workspace, in this order: the per-chunk states h (bf16); backward: their gradients dh; the
-// chunks' decays (StateScanKernel's factors); head gate, backward: HeadGradQKKernel's per-slice
-// dg sums; channel gate: the masked scores and the decayed operand (ChannelScoresKernel).
+// The workspace, in this order: the per-chunk states h (bf16); backward: their gradients dh; head
+// gate, backward: HeadGradQKKernel's per-slice dg sums; channel gate: the chunks' decays
+// (StateScanKernel's factors), the masked scores and the decayed operand (ChannelScoresKernel).
 struct Workspace {
   bf16* states = nullptr;
   bf16* d_states = nullptr;
@@ -83,10 +87,10 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
   };
   w.states = static_cast<bf16*>(take(StateBytes(p, chunks)));
   if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks)));
-  w.decays = static_cast<float*>(take(DecaysBytes(p, chunks, gate)));
   if (gate == Gate::kHead) {
     if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
   } else {
+    w.decays = static_cast<float*>(take(DecaysBytes(p, chunks)));
     w.scores = static_cast<bf16*>(take(ScoresBytes(p, chunks)));
     w.decayed = static_cast<bf16*>(take(DecayedBytes(p, chunks)));
   }
@@ -131,23 +135,69 @@ cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, s
   return cudaGetLastError();
 }
 
-// The per-chunk states (chunk_gated_states.cuh): each chunk's update, then the scan over the
-// chunks. Backward: the states and their gradients together (kBackward), the gradients scanned
-// in reverse; the forward already wrote the final state.
+// The head gate's state passes (chunk_gated_state_pass.cuh), kNk 64-row key slices per block.
+template <Gate kGate, int kNk>
+cudaError_t LaunchStatePass(const ChunkGatedParams& p, int passes, const Workspace& w,
+                            cudaStream_t stream) {
+  const dim3 grid(p.k_dim / (kNk * kBK) * (p.v_dim / kBK), p.heads, p.num_seqs * passes);
+  return LaunchKernel<int, bf16*, bf16*>(StatePassKernel<kGate, kNk>, grid,
+                                         kStatePassSmemBytes<kNk>, stream, p, passes, w.states,
+                                         w.d_states);
+}
+
+// 128 key rows per block (kNk = 2) where K allows and it saves enough waves of blocks: such a
+// block scales its right-hand fragments once for twice the state, and the value tiles are read
+// by half the blocks, but it takes ~1.3x as long as a 64-row block (measured on the H200, two
+// blocks per SM against three) -- so with as many waves either way, 64 rows.
+constexpr double kWideBlockCost = 1.3;
+
+template <Gate kGate>
+cudaError_t PickPassKeySlices(const ChunkGatedParams& p, int passes, int* slices) {
+  *slices = 1;
+  if (p.k_dim % (2 * kBK) != 0) return cudaSuccess;
+  const int64_t narrow_blocks = int64_t{p.k_dim / kBK} * (p.v_dim / kBK) * p.heads * p.num_seqs *
+                                passes;
+  int64_t narrow = 0, wide = 0;
+  cudaError_t err = GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 1>), kThreads,
+                              kStatePassSmemBytes<1>, narrow_blocks, &narrow);
+  if (err == cudaSuccess) {
+    err = GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 2>), kThreads,
+                    kStatePassSmemBytes<2>, narrow_blocks / 2, &wide);
+  }
+  if (err != cudaSuccess) return err;
+  if (wide > 0 && (narrow == 0 || wide * kWideBlockCost < narrow)) *slices = 2;
+  return cudaSuccess;
+}
+
+// The per-chunk states; backward: the states and their gradients together (kBackward), the
+// forward having written the final state. Head gate: the sequential passes
+// (chunk_gated_state_pass.cuh); channel gate: each chunk's update, then the scan over the chunks
+// (chunk_gated_states.cuh), the gradients scanned in reverse.
 template <Gate kGate, bool kBackward>
 cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, cudaStream_t stream) {
-  cudaError_t err = LaunchKernel<bf16*, bf16*, float*>(
-      ChunkUpdateKernel<kGate, kBackward>, dim3(p.total_chunks, p.heads, p.k_dim / kBK),
-      UpdateSmemBytes<kGate>(kBackward, p.v_dim), stream, p, w.states, w.d_states, w.decays);
-  if (err != cudaSuccess) return err;
-  const dim3 scan_grid(ScanBlocks(p), p.heads, p.num_seqs);
-  ChunkGatedParams forward = p;
-  if (kBackward) forward.final_state = nullptr;
-  err = LaunchKernel<bf16*, const float*>(StateScanKernel<kGate, false>, scan_grid, 0, stream,
-                                          forward, w.states, w.decays);
-  if (err != cudaSuccess || !kBackward) return err;
-  return LaunchKernel<bf16*, const float*>(StateScanKernel<kGate, true>, scan_grid, 0, stream, p,
-                                           w.d_states, w.decays);
+  // The backward's forward pass recomputes the states; the forward wrote the final state.
+  ChunkGatedParams without_final = p;
+  if (kBackward) without_final.final_state = nullptr;
+  if constexpr (kGate == Gate::kHead) {
+    const int passes = kBackward ? 2 : 1;
+    int slices = 1;
+    if (cudaError_t err = PickPassKeySlices<kGate>(p, passes, &slices); err != cudaSuccess) {
+      return err;
+    }
+    return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, passes, w, stream)
+                       : LaunchStatePass<kGate, 1>(without_final, passes, w, stream);
+  } else {
+    cudaError_t err = LaunchKernel<bf16*, bf16*, float*>(
+        ChunkUpdateKernel<kBackward>, dim3(p.total_chunks, p.heads, p.k_dim / kBK),
+        UpdateSmemBytes(kBackward, p.v_dim), stream, p, w.states, w.d_states, w.decays);
+    if (err != cudaSuccess) return err;
+    const dim3 scan_grid(ScanBlocks(p), p.heads, p.num_seqs);
+    err = LaunchKernel<bf16*, const float*>(StateScanKernel<false>, scan_grid, 0, stream,
+                                            without_final, w.states, w.decays);
+    if (err != cudaSuccess || !kBackward) return err;
+    return LaunchKernel<bf16*, const float*>(StateScanKernel<true>, scan_grid, 0, stream,
+                                             p, w.d_states, w.decays);
+  }
 }
 
 // o (forward) or dv (backward) from the states (forward) or their gradients (backward).

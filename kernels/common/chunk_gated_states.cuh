@@ -1,5 +1,6 @@
-// The per-chunk states of the gated chunk kernels, in two parallel steps. Device code; included
-// through chunk_gated.cuh.
+// The per-chunk states of chunk_gla (the per-channel gate), in two parallel steps. Device code;
+// included through chunk_gated.cuh. (chunk_simple_gla's per-head gate takes one sequential pass
+// per state tile instead: chunk_gated_state_pass.cuh.)
 //
 // The gates are diagonal, so the state recurrence h_{c+1} = diag(2^G_last_c) h_c + U_c is
 // elementwise over the K x V state once every chunk's own contribution U_c is known:
@@ -8,17 +9,17 @@
 //                        U_c = (K_c 2^(G_last - G))^T V_c          (forward: the states)
 //                        W_c = scale (Q_c 2^G)^T dO_c              (backward: state gradients)
 //                      stored in bf16 in the chunk's state slot, and G_last (log2) per key channel
-//                      (one per head for the head gate) in `decays`.
+//                      in `decays`.
 //   StateScanKernel    grid (K V / 2048, H, N): each thread carries 8 adjacent entries of one state
 //                      row in fp32 through the sequence's chunks, replacing chunk c's slot by the
 //                      value entering it: the state entering chunk c (forward), or, walking the
 //                      chunks in reverse, the gradient of the state leaving chunk c, with
 //                      dh_{c-1} = diag(2^G_last_c) dh_c + W_c.
-// Why not one sequential pass per state tile: its per-chunk step is a chain of barriers and small
-// products (~4 us per chunk at (4,2048,16,128), 132 us for 32 chunks), and at long sequences its
-// few blocks leave most SMs idle; the scan is a bandwidth-bound stream with every state entry in
-// flight at once. The price is one bf16 rounding of each chunk's U (or W) before it is summed
-// in fp32 (the stored states are bf16 either way).
+// The price is two more passes over a [chunks, H, K, V] tensor than a sequential pass and one bf16
+// rounding of each chunk's U (or W) before it is summed in fp32. The head gate's pass scales its
+// right-hand operand's fragments by one factor per token; the channel gate's decay differs per
+// key channel and token, so a pass would need each chunk's decayed k (or q) tile written by a
+// block-wide step and a barrier before its product -- not tried yet.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,42 +33,38 @@
 
 namespace flame::kernels::gated_chunk {
 
-// Offset of chunk `global`'s decay entry for key channel `row` (channel gate) or its one entry
-// (head gate) in the decays buffer: [chunks, H, K] or [chunks, H] fp32.
-template <Gate kGate>
+// Offset of chunk `global`'s decay entry for key channel `row` in the decays buffer:
+// [chunks, H, K] fp32.
 __device__ inline int64_t DecayOffset(const ChunkGatedParams& p, int global, int h, int row) {
-  const int64_t at = int64_t{global} * p.heads + h;
-  return kGate == Gate::kChannel ? at * p.k_dim + row : at;
+  return (int64_t{global} * p.heads + h) * p.k_dim + row;
 }
 
-inline size_t DecaysBytes(const ChunkGatedParams& p, int chunks, Gate gate) {
-  return static_cast<size_t>(chunks) * p.heads * (gate == Gate::kChannel ? p.k_dim : 1) *
-         sizeof(float);
+inline size_t DecaysBytes(const ChunkGatedParams& p, int chunks) {
+  return static_cast<size_t>(chunks) * p.heads * p.k_dim * sizeof(float);
 }
 
 // ChunkUpdateKernel's shared memory (dynamic): the gate cumsum, then per product the token-major
 // operand (k or q, 64 rows x 64 key channels, decayed in place) and the V/64 right-hand tiles
 // (v or d_o), which then take the bf16 results. A block computes its K slice's 64 x V rows of U
 // (and W), so the chunk's v (and d_o) tiles are read once per K slice.
-template <Gate kGate>
-constexpr size_t kUpdateGateBytes = (kGate == Gate::kChannel ? kBT * kLdF32 : kBT) * sizeof(float);
+constexpr size_t kUpdateGateBytes = kBT * kLdF32 * sizeof(float);
 
-template <Gate kGate>
 inline size_t UpdateSmemBytes(bool backward, int v_dim) {
-  return kUpdateGateBytes<kGate> +
+  return kUpdateGateBytes +
          static_cast<size_t>(backward ? 2 : 1) * (1 + v_dim / kBK) * kTileElems * sizeof(bf16);
-}  // K = V = 128: channel forward 45 KB, backward 72 KB; head gate 28 KB, 55 KB
+}  // K = V = 128: forward 45 KB, backward 72 KB
 
 // Forward: states[c] = U_c. Backward: states[c] = U_c and d_states[c] = W_c (the backward
 // recomputes the states beside their gradients, reading the chunk's gate once). One block per
 // (chunk, head, 64-row K slice); every copy is issued up front, so a block waits on memory once.
-template <Gate kGate, bool kBackward>
+template <bool kBackward>
 __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p, bf16* states,
                                                               bf16* d_states, float* decays) {
+  constexpr Gate kGate = Gate::kChannel;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   constexpr int kProducts = kBackward ? 2 : 1;
   float* G = reinterpret_cast<float*>(smem_raw);
-  bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kUpdateGateBytes<kGate>);
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kUpdateGateBytes);
   const int vs = p.v_dim / kBK;
   // Product i: a at tiles + i (1 + vs) tiles, its V slice j right after a.
   auto a_tile = [&](int i) { return tiles + i * (1 + vs) * kTileElems; };
@@ -85,13 +82,8 @@ __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p
   }
   __pipeline_commit();
   LoadGate<kGate>(G, p, c, h, k0);  // overlaps the copies; synchronises
-  if constexpr (kGate == Gate::kChannel) {
-    if (threadIdx.x < kBK) {
-      decays[DecayOffset<kGate>(p, c.global, h, k0 + threadIdx.x)] =
-          GateAt<kGate>(G, kBT - 1, threadIdx.x);
-    }
-  } else if (k0 == 0 && threadIdx.x == 0) {
-    decays[DecayOffset<kGate>(p, c.global, h, 0)] = GateAt<kGate>(G, kBT - 1, 0);
+  if (threadIdx.x < kBK) {
+    decays[DecayOffset(p, c.global, h, k0 + threadIdx.x)] = GateAt<kGate>(G, kBT - 1, threadIdx.x);
   }
   __pipeline_wait_prior(0);
   __syncthreads();
@@ -149,7 +141,7 @@ __device__ inline void LoadScanInit(float (&h)[kScanWidth], const float* src, in
 // kReverse = false: slot[c] <- state entering chunk c, from initial_state; ends in final_state.
 // kReverse = true:  slot[c] <- gradient of the state leaving chunk c, from d_final_state, walking
 //                   the chunks backwards; ends in d_initial_state.
-template <Gate kGate, bool kReverse>
+template <bool kReverse>
 __global__ void __launch_bounds__(kScanThreads) StateScanKernel(ChunkGatedParams p, bf16* slots,
                                                                 const float* decays) {
   const int h = blockIdx.y, n = blockIdx.z;
@@ -161,7 +153,7 @@ __global__ void __launch_bounds__(kScanThreads) StateScanKernel(ChunkGatedParams
   auto slot = [&](int step) {
     return reinterpret_cast<uint4*>(slots + StateOffset(p, global(step), h, row, col));
   };
-  auto decay = [&](int step) { return decays[DecayOffset<kGate>(p, global(step), h, row)]; };
+  auto decay = [&](int step) { return decays[DecayOffset(p, global(step), h, row)]; };
 
   float acc[kScanWidth];
   const int64_t seq_at = StateOffset(p, n, h, row, col);

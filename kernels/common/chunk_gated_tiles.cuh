@@ -72,6 +72,16 @@ __device__ inline float WarpSum(float x) {
   return x;
 }
 
+// f(idx) for the block's share of kCount items: idx = threadIdx.x + i kThreads, unrolled. (A loop
+// from threadIdx.x in steps of kThreads compiles to a generic loop with a remainder, as the
+// compiler does not know that threadIdx.x < kThreads.)
+template <int kCount, typename F>
+__device__ __forceinline__ void ForBlockItems(F f) {
+  static_assert(kCount % kThreads == 0, "every thread takes the same number of items");
+#pragma unroll
+  for (int i = 0; i < kCount / kThreads; ++i) f(static_cast<int>(threadIdx.x) + i * kThreads);
+}
+
 // ----------------------------------------------------------------------------------------------
 // Tile loads
 
@@ -79,35 +89,62 @@ __device__ inline float WarpSum(float x) {
 // are zero. 16-byte loads: the launcher checks strides and pointers for 8-element alignment.
 __device__ inline void LoadRows(bf16* dst, const bf16* base, const TensorStrides& s, const Chunk& c,
                                 int h, int col0) {
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+  ForBlockItems<kBT * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (r < c.rows) {
       val = *reinterpret_cast<const uint4*>(RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8);
     }
     *reinterpret_cast<uint4*>(dst + r * kLdBf16 + c8 * 8) = val;
+  });
+}
+
+// A thread's share of the asynchronous copy of a 64 x 64 tile from a [B,T,H,D] tensor: two
+// 16-byte pieces, rows `row` and row + 32 (rows past the chunk zero-filled). The per-thread
+// offsets are formed once, for kernels that copy a tile per chunk in a loop over the chunks.
+struct TileCopy {
+  int row;      // this thread's first row
+  int dst;      // its first piece in the tile
+  int64_t src;  // and in the tensor, from the chunk's first row at the tile's first column
+  int64_t src_step;  // 32 rows of the tensor
+
+  __device__ explicit TileCopy(const TensorStrides& s)
+      : row(static_cast<int>(threadIdx.x) / 8),
+        dst(row * kLdBf16 + threadIdx.x % 8 * 8),
+        src(row * s.token + threadIdx.x % 8 * 8),
+        src_step(32 * s.token) {}
+
+  // chunk_rows: the tensor at the chunk's first row and the tile's first column.
+  __device__ __forceinline__ void Issue(bf16* tile, const bf16* chunk_rows, int rows) const {
+#pragma unroll
+    for (int i = 0; i < kBT / 32; ++i) {
+      const bool valid = row + 32 * i < rows;
+      const bf16* from = valid ? chunk_rows + src + i * src_step : chunk_rows;
+      __pipeline_memcpy_async(tile + dst + 32 * i * kLdBf16, from, 16, valid ? 0 : 16);
+    }
   }
+};
+
+// The tensor at chunk c's first row, column col0, of head h.
+__device__ inline const bf16* ChunkRows(const bf16* base, const TensorStrides& s, const Chunk& c,
+                                        int h, int col0) {
+  return RowPtr(base, s, c.batch, c.t0, h) + col0;
 }
 
 // Asynchronous copy of one 64 x 64 tile of a [B,T,H,D] tensor (rows past the chunk zero-filled).
 __device__ inline void AsyncRows(bf16* dst, const bf16* base, const TensorStrides& s,
                                  const Chunk& c, int h, int col0) {
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
-    const int r = idx / 8, c8 = idx % 8;
-    const bool valid = r < c.rows;
-    const bf16* src = valid ? RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8 : base;
-    __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8, src, 16, valid ? 0 : 16);
-  }
+  TileCopy(s).Issue(dst, ChunkRows(base, s, c, h, col0), c.rows);
 }
 
 // Asynchronous copy of state rows [k0, k0 + 64) x columns [v0, v0 + 64) of chunk `global`.
 __device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const ChunkGatedParams& p,
                                       int global, int h, int k0, int v0) {
-  for (int idx = threadIdx.x; idx < kBK * 8; idx += kThreads) {
+  ForBlockItems<kBK * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8,
                             states + StateOffset(p, global, h, k0 + r, v0 + c8 * 8), 16);
-  }
+  });
 }
 
 // Rows [0, c.rows) of a 64 x 64 accumulator into columns [col0, col0 + 64) of a [B,T,H,D] bf16
@@ -117,13 +154,13 @@ __device__ inline void StoreAccRows(const tile::Acc64& acc, bf16* staging, bf16*
                                     const TensorStrides& s, const Chunk& c, int h, int col0) {
   acc.StoreBf16(staging, kLdBf16);
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+  ForBlockItems<kBT * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     if (r < c.rows) {
       *reinterpret_cast<uint4*>(RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8) =
           *reinterpret_cast<const uint4*>(staging + r * kLdBf16 + c8 * 8);
     }
-  }
+  });
 }
 
 // Streams n slices through two stages of shared memory: issue(j) copies slice j (cp.async) into

@@ -197,6 +197,20 @@ struct Acc64 {
       for (int e = 0; e < 8; ++e) part[i].x[e] = f(ElementRow(i, e), ElementCol(e), part[i].x[e]);
     }
   }
+  // f(offset, C(row, col), C(row, col + 1)) for every pair of adjacent elements this lane holds
+  // (col even), offset = row * ld + col: for stores to a row-major matrix in global memory. The
+  // offsets are one per-lane base plus multiples of ld, which a loop around the call keeps.
+  template <typename F>
+  __device__ __forceinline__ void ForEachPairAt(int ld, F f) const {
+    const int base = ElementRow(0, 0) * ld + ElementCol(0);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        f(base + (32 * i + 8 * (e / 2 % 2)) * ld + 8 * (e / 4), part[i].x[e], part[i].x[e + 1]);
+      }
+    }
+  }
   // c = C as bf16 (64 x 64 shared tile, ldc even), each warp writing only its own tiles.
   __device__ __forceinline__ void StoreBf16(bf16* c, int ldc) const {
 #pragma unroll
@@ -250,6 +264,7 @@ template <bool kRowMajor>
 struct Bf16AOperand {
   uint32_t base;
   int lda;
+  Bf16AOperand() = default;
   __device__ __forceinline__ Bf16AOperand(const bf16* a, int lda_) : lda(lda_) {
     const int lane = threadIdx.x % 32;
     base = kRowMajor ? ptx::SharedAddr(a + (lane % 16) * lda + lane / 16 * 8)
@@ -365,26 +380,49 @@ __device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float
   }
 }
 
+// acc[n] += A_n[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64), for kN left operands
+// A_n = a + n * a_step (e.g. the 64-row slices of a taller A) that share B: each B fragment is
+// loaded once per k step and passed through b_fragment(fb, l) (l the k offset, fb as
+// Bf16BOperand loads it), e.g. to scale B's rows without a pass over the tile. Layout flags as
+// Mma; kd a multiple of 16.
+template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment>
+__device__ __forceinline__ void MmaBf16Acc64(Acc64 (&acc)[kN], int kd, const bf16* a, int lda,
+                                             int a_step, const bf16* b, int ldb,
+                                             BFragment b_fragment) {
+  const int col = Acc64::Col();
+  const Bf16BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
+  Bf16AOperand<kARowMajor> a0[kN], a1[kN];
+#pragma unroll
+  for (int n = 0; n < kN; ++n) {
+    const bf16* an = a + n * a_step;
+    a0[n] = {kARowMajor ? an + Acc64::Row(0) * lda : an + Acc64::Row(0), lda};
+    a1[n] = {kARowMajor ? an + Acc64::Row(1) * lda : an + Acc64::Row(1), lda};
+  }
+#pragma unroll 4
+  for (int l = 0; l < kd; l += 16) {
+    uint32_t fb[4];
+    bo.Load(fb, l);
+    b_fragment(fb, l);
+#pragma unroll
+    for (int n = 0; n < kN; ++n) {
+      uint32_t fa0[4], fa1[4];
+      a0[n].Load(fa0, l);
+      a1[n].Load(fa1, l);
+      ptx::MmaM16N8K16Bf16(acc[n].part[0].x, fa0, fb[0], fb[1]);
+      ptx::MmaM16N8K16Bf16(acc[n].part[0].x + 4, fa0, fb[2], fb[3]);
+      ptx::MmaM16N8K16Bf16(acc[n].part[1].x, fa1, fb[0], fb[1]);
+      ptx::MmaM16N8K16Bf16(acc[n].part[1].x + 4, fa1, fb[2], fb[3]);
+    }
+  }
+}
+
 // acc += A[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64). Layout flags as Mma; kd
 // a multiple of 16.
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, int kd, const bf16* a, int lda,
                                              const bf16* b, int ldb) {
-  const int col = Acc64::Col();
-  const Bf16BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
-  const Bf16AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
-  const Bf16AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
-#pragma unroll 4
-  for (int l = 0; l < kd; l += 16) {
-    uint32_t fb[4], fa0[4], fa1[4];
-    bo.Load(fb, l);
-    a0.Load(fa0, l);
-    a1.Load(fa1, l);
-    ptx::MmaM16N8K16Bf16(acc.part[0].x, fa0, fb[0], fb[1]);
-    ptx::MmaM16N8K16Bf16(acc.part[0].x + 4, fa0, fb[2], fb[3]);
-    ptx::MmaM16N8K16Bf16(acc.part[1].x, fa1, fb[0], fb[1]);
-    ptx::MmaM16N8K16Bf16(acc.part[1].x + 4, fa1, fb[2], fb[3]);
-  }
+  Acc64(&one)[1] = *reinterpret_cast<Acc64(*)[1]>(&acc);
+  MmaBf16Acc64<kARowMajor, kBRowMajor>(one, kd, a, lda, 0, b, ldb, [](uint32_t(&)[4], int) {});
 }
 
 // acc += A[16 x kd] B[kd x 16] by one warp from bf16 tiles, with a pointing at A(0, 0) and b at

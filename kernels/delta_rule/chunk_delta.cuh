@@ -14,6 +14,7 @@
 #include <initializer_list>
 
 #include "kernels/common/launch_checks.h"
+#include "kernels/common/launch_waves.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
@@ -67,27 +68,13 @@ struct PassVariant {
 // than the H200's 227 KB, such as the A100's 163 KB).
 inline cudaError_t PickVariant(std::initializer_list<PassVariant> variants, int64_t blocks,
                                PassVariant* picked) {
-  int device = 0, smem_limit = 0, sms = 0;
-  cudaError_t err;
-  if ((err = cudaGetDevice(&device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
-                                    device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
-    return err;
-  }
   int64_t best_waves = 0;
   for (const PassVariant& v : variants) {
-    if (v.smem > static_cast<size_t>(smem_limit)) continue;
-    int per_sm = 0;
-    if ((err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                    static_cast<int>(v.smem))) != cudaSuccess ||
-        (err = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, v.kernel, tiles::kThreads,
-                                                             v.smem)) != cudaSuccess) {
-      return err;
-    }
-    if (per_sm == 0) continue;
-    const int64_t slots = int64_t{per_sm} * sms, waves = (blocks + slots - 1) / slots;
-    if (best_waves == 0 || waves < best_waves) best_waves = waves, *picked = v;
+    int64_t waves = 0;
+    const cudaError_t err = GridWaves(reinterpret_cast<const void*>(v.kernel), tiles::kThreads,
+                                      v.smem, blocks, &waves);
+    if (err != cudaSuccess) return err;
+    if (waves > 0 && (best_waves == 0 || waves < best_waves)) best_waves = waves, *picked = v;
   }
   return best_waves > 0 ? cudaSuccess : cudaErrorNotSupported;
 }

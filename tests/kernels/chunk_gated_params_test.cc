@@ -37,17 +37,16 @@ ChunkGatedParams ValidUniformParams() {
   return p;
 }
 
-TEST(GatedChunkWorkspace, HoldsTheStatesTheirDecaysAndEachGateKindsScratch) {
+TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   const ChunkGatedParams p = ValidUniformParams();
   // 2 sequences x 2 chunks = 4 chunks, 2 heads, K = 128, V = 64; every part 256-byte aligned.
   const size_t states = 4 * 2 * 128 * 64 * 2;     // bf16 per chunk and head (twice backward)
-  const size_t head_decays = 256;                 // head gate: fp32 per chunk and head, 32 B
   const size_t dg_sums = 8448;                    // head gate, backward: 4 x 2 x 2 x 129 fp32
   const size_t channel_decays = 4 * 2 * 128 * 4;  // channel gate: fp32 per chunk and key channel
   const size_t scores = 4 * 2 * 64 * 64 * 2;      // channel gate: bf16 masked scores
   const size_t decayed = 4 * 2 * 64 * 128 * 2;    // channel gate: bf16 decayed q or k
-  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, false), states + head_decays);
-  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), 2 * states + head_decays + dg_sums);
+  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, false), states);
+  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), 2 * states + dg_sums);
   EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + scores + decayed);
   EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + scores + decayed);
 }
