@@ -170,20 +170,19 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
     // acc += lhs^T (rhs * f), every key slice against the same scaled right-hand fragments:
     // rhs's fragment at k offset l holds rows l + 2t, l + 2t + 1 (b0) and those + 8 (b1), i.e.
     // the token pairs l / 2 + t and l / 2 + t + 4.
-    tile::MmaBf16Acc64<false, true>(acc, kBT, s.lhs[0], kLdBf16, kTileElems, s.rhs, kLdBf16,
-                                    [&](uint32_t (&fb)[4], int l) {
-                                      const int pair = l / 2 + t;
-                                      const float2 lo = make_float2(
-                                          __shfl_sync(0xffffffffu, own.x, pair),
-                                          __shfl_sync(0xffffffffu, own.y, pair));
-                                      const float2 hi = make_float2(
-                                          __shfl_sync(0xffffffffu, own.x, pair + 4),
-                                          __shfl_sync(0xffffffffu, own.y, pair + 4));
-                                      fb[0] = ScaleBf16Pair(fb[0], lo);
-                                      fb[2] = ScaleBf16Pair(fb[2], lo);
-                                      fb[1] = ScaleBf16Pair(fb[1], hi);
-                                      fb[3] = ScaleBf16Pair(fb[3], hi);
-                                    });
+    const auto scale_rows = [&](uint32_t (&fb)[4], int l) {
+      const int pair = l / 2 + t;
+      const float2 lo = make_float2(__shfl_sync(0xffffffffu, own.x, pair),
+                                    __shfl_sync(0xffffffffu, own.y, pair));
+      const float2 hi = make_float2(__shfl_sync(0xffffffffu, own.x, pair + 4),
+                                    __shfl_sync(0xffffffffu, own.y, pair + 4));
+      fb[0] = ScaleBf16Pair(fb[0], lo);
+      fb[2] = ScaleBf16Pair(fb[2], lo);
+      fb[1] = ScaleBf16Pair(fb[1], hi);
+      fb[3] = ScaleBf16Pair(fb[3], hi);
+    };
+    tile::MmaBf16Acc64<false, true, kNk>(acc, kBT, s.lhs[0], kLdBf16, kTileElems, s.rhs, kLdBf16,
+                                         scale_rows);
   }
 
   float* last = reverse ? p.d_initial_state : p.final_state;

@@ -386,7 +386,7 @@ __device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float
 // Bf16BOperand loads it), e.g. to scale B's rows without a pass over the tile. Layout flags as
 // Mma; kd a multiple of 16.
 template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment>
-__device__ __forceinline__ void MmaBf16Acc64(Acc64 (&acc)[kN], int kd, const bf16* a, int lda,
+__device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, int lda,
                                              int a_step, const bf16* b, int ldb,
                                              BFragment b_fragment) {
   const int col = Acc64::Col();
@@ -421,8 +421,7 @@ __device__ __forceinline__ void MmaBf16Acc64(Acc64 (&acc)[kN], int kd, const bf1
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, int kd, const bf16* a, int lda,
                                              const bf16* b, int ldb) {
-  Acc64(&one)[1] = *reinterpret_cast<Acc64(*)[1]>(&acc);
-  MmaBf16Acc64<kARowMajor, kBRowMajor>(one, kd, a, lda, 0, b, ldb, [](uint32_t(&)[4], int) {});
+  MmaBf16Acc64<kARowMajor, kBRowMajor, 1>(&acc, kd, a, lda, 0, b, ldb, [](uint32_t(&)[4], int) {});
 }
 
 // acc += A[16 x kd] B[kd x 16] by one warp from bf16 tiles, with a pointing at A(0, 0) and b at
