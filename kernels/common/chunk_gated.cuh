@@ -117,7 +117,7 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
   const bool outputs = backward ? p.d_o && p.dq && p.dk && p.dv && IsAligned16(p.d_o) &&
                                       IsAligned16(p.dv) && (p.dg != nullptr || p.g == nullptr)
                                 : p.o != nullptr && IsAligned16(p.o);
-  // StateScanKernel moves the fp32 states four entries at a time.
+  // StateScanKernel moves the fp32 states four entries at a time (StatePassKernel two).
   const bool states = IsAligned16(p.initial_state) && IsAligned16(p.final_state) &&
                       IsAligned16(p.d_final_state) && IsAligned16(p.d_initial_state);
   return shapes && gates && inputs && outputs && states ? cudaSuccess : cudaErrorInvalidValue;
@@ -135,12 +135,17 @@ cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, s
   return cudaGetLastError();
 }
 
-// The head gate's state passes (chunk_gated_state_pass.cuh), kNk 64-row key slices per block.
+// The head gate's state passes (chunk_gated_state_pass.cuh), kNk 64-row key slices per block:
+// the grid StatePassKernel expects.
+template <int kNk>
+dim3 StatePassGrid(const ChunkGatedParams& p, int passes) {
+  return dim3(p.k_dim / (kNk * kBK) * (p.v_dim / kBK), p.heads, p.num_seqs * passes);
+}
+
 template <Gate kGate, int kNk>
 cudaError_t LaunchStatePass(const ChunkGatedParams& p, int passes, const Workspace& w,
                             cudaStream_t stream) {
-  const dim3 grid(p.k_dim / (kNk * kBK) * (p.v_dim / kBK), p.heads, p.num_seqs * passes);
-  return LaunchKernel<int, bf16*, bf16*>(StatePassKernel<kGate, kNk>, grid,
+  return LaunchKernel<int, bf16*, bf16*>(StatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes),
                                          kStatePassSmemBytes<kNk>, stream, p, passes, w.states,
                                          w.d_states);
 }
@@ -155,14 +160,13 @@ template <Gate kGate>
 cudaError_t PickPassKeySlices(const ChunkGatedParams& p, int passes, int* slices) {
   *slices = 1;
   if (p.k_dim % (2 * kBK) != 0) return cudaSuccess;
-  const int64_t narrow_blocks = int64_t{p.k_dim / kBK} * (p.v_dim / kBK) * p.heads * p.num_seqs *
-                                passes;
+  const auto blocks = [](dim3 grid) { return int64_t{grid.x} * grid.y * grid.z; };
   int64_t narrow = 0, wide = 0;
   cudaError_t err = GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 1>), kThreads,
-                              kStatePassSmemBytes<1>, narrow_blocks, &narrow);
+                              kStatePassSmemBytes<1>, blocks(StatePassGrid<1>(p, passes)), &narrow);
   if (err == cudaSuccess) {
     err = GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 2>), kThreads,
-                    kStatePassSmemBytes<2>, narrow_blocks / 2, &wide);
+                    kStatePassSmemBytes<2>, blocks(StatePassGrid<2>(p, passes)), &wide);
   }
   if (err != cudaSuccess) return err;
   if (wide > 0 && (narrow == 0 || wide * kWideBlockCost < narrow)) *slices = 2;

@@ -24,8 +24,10 @@
 // H200 at (1,8192,96,128) the forward's update + scan took 320 + 232 us, the backward's 595 +
 // 2 x 232; this pass's forward 420 us as first written, its calls 559 us on average (forward and
 // backward), 518 us once the copies' per-thread addresses were formed once (TileCopy) instead of
-// per chunk. A block's chain of chunks is latency-bound: instructions per chunk matter more than
-// bytes (ncu: L2 75% busy, DRAM 41%, the warps mostly stalled on shuffles and shared loads).
+// per chunk (the forward alone 420 -> 389 us). ncu on the first version: L2 75% busy, DRAM 41%,
+// the warps mostly stalled on short-scoreboard waits (shuffles, shared loads); on the second: 139
+// instead of 198 M warp instructions, L2 82% busy, DRAM 44% -- so now the L2 traffic (the state
+// stores in 4-byte pieces, each k or v tile read by two blocks) is what to cut.
 // kNk = 2 (128 key rows per block, two blocks per SM) halves the fragment scaling and the value
 // tile reads per state element but takes ~1.3x as long per block as kNk = 1 (64 rows, three
 // blocks per SM); the launcher (PickPassKeySlices) takes it where it saves waves of blocks.
