@@ -161,7 +161,7 @@ __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams
     LoadRows(s.k, p.k, p.qk_strides, c, h, k0);
     LoadChannelGate(s.G, p, c, h, k0);  // synchronises
     AccumulateScores(s.A, s.q, s.k, s.G, s.scratch);
-    for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+    ForBlockItems<kThreads, kBT * 8>([&](int idx) {
       const int r = idx / 8, c0 = idx % 8 * 8;
       StoreEight(decayed + DecayedOffset(p, c.global, h, r) + k0 + c0, [&](int e) {
         const int col = c0 + e;
@@ -169,16 +169,16 @@ __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams
         return kGradV ? ToFloat(s.k[r * kLdBf16 + col]) * exp2f(s.G[(kBT - 1) * kLdF32 + col] - g)
                       : ToFloat(s.q[r * kLdBf16 + col]) * p.scale * exp2f(g);
       });
-    }
+    });
   }
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
     const int i = idx / 8, j0 = idx % 8 * 8;
     StoreEight(scores + ScoresOffset(p, c.global, h) + i * kBT + j0, [&](int e) {
       const int j = j0 + e;
       return j <= i ? s.A[i * kLdF32 + j] * p.scale : 0.0f;
     });
-  }
+  });
 }
 
 // Dynamic shared memory of ChannelOutputKernel: X (K/64 slices), the K/64 state tiles of the V
@@ -189,10 +189,10 @@ inline size_t ChannelOutputSmemBytes(int k_dim) {
 
 // Asynchronous copy of a 64 x 64 block of a row-major bf16 matrix with leading dimension ld.
 __device__ inline void AsyncBlock(bf16* dst, const bf16* src, int64_t ld) {
-  for (int idx = threadIdx.x; idx < kBT * 8; idx += kThreads) {
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8, src + r * ld + c8 * 8, 16);
-  }
+  });
 }
 
 // forward:  o[:, v]  = X h_c[:, v] + P V[:, v]      (X = q scale 2^G)

@@ -136,7 +136,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(j), kLdBf16);
     if constexpr (kGateGrad) {
-      ForBlockItems<kBK * kBK>([&](int idx) {
+      ForBlockItems<kThreads, kBK * kBK>([&](int idx) {
         const int r = idx / kBK, col = idx % kBK;
         state_dot += at(hs(j), r, col) * at(dhs(j), r, col);
       });

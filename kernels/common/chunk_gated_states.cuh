@@ -87,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p
   }
   __pipeline_wait_prior(0);
   __syncthreads();
-  for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
+  ForBlockItems<kThreads, kBT * kBK>([&](int idx) {
     const int r = idx / kBK, col = idx % kBK;
     const float g = GateAt<kGate>(G, r, col);
     bf16& kv = a_tile(0)[r * kLdBf16 + col];
@@ -96,7 +96,7 @@ __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p
       bf16& qv = a_tile(1)[r * kLdBf16 + col];
       qv = __float2bfloat16(ToFloat(qv) * p.scale * exp2f(g));
     }
-  }
+  });
   __syncthreads();
   for (int j = 0; j < vs; ++j) {
     tile::Acc64 acc[kProducts];

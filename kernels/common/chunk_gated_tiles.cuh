@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/block_items.cuh"
 #include "kernels/common/chunk_gated_params.h"
 #include "kernels/common/chunk_seqs.h"
 #include "kernels/common/mma_tile.cuh"
@@ -72,16 +73,6 @@ __device__ inline float WarpSum(float x) {
   return x;
 }
 
-// f(idx) for the block's share of kCount items: idx = threadIdx.x + i kThreads, unrolled. (A loop
-// from threadIdx.x in steps of kThreads compiles to a generic loop with a remainder, as the
-// compiler does not know that threadIdx.x < kThreads.)
-template <int kCount, typename F>
-__device__ __forceinline__ void ForBlockItems(F f) {
-  static_assert(kCount % kThreads == 0, "every thread takes the same number of items");
-#pragma unroll
-  for (int i = 0; i < kCount / kThreads; ++i) f(static_cast<int>(threadIdx.x) + i * kThreads);
-}
-
 // ----------------------------------------------------------------------------------------------
 // Tile loads
 
@@ -89,7 +80,7 @@ __device__ __forceinline__ void ForBlockItems(F f) {
 // are zero. 16-byte loads: the launcher checks strides and pointers for 8-element alignment.
 __device__ inline void LoadRows(bf16* dst, const bf16* base, const TensorStrides& s, const Chunk& c,
                                 int h, int col0) {
-  ForBlockItems<kBT * 8>([&](int idx) {
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     uint4 val = make_uint4(0, 0, 0, 0);
     if (r < c.rows) {
@@ -140,7 +131,7 @@ __device__ inline void AsyncRows(bf16* dst, const bf16* base, const TensorStride
 // Asynchronous copy of state rows [k0, k0 + 64) x columns [v0, v0 + 64) of chunk `global`.
 __device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const ChunkGatedParams& p,
                                       int global, int h, int k0, int v0) {
-  ForBlockItems<kBK * 8>([&](int idx) {
+  ForBlockItems<kThreads, kBK * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8,
                             states + StateOffset(p, global, h, k0 + r, v0 + c8 * 8), 16);
@@ -154,7 +145,7 @@ __device__ inline void StoreAccRows(const tile::Acc64& acc, bf16* staging, bf16*
                                     const TensorStrides& s, const Chunk& c, int h, int col0) {
   acc.StoreBf16(staging, kLdBf16);
   __syncthreads();
-  ForBlockItems<kBT * 8>([&](int idx) {
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
     const int r = idx / 8, c8 = idx % 8;
     if (r < c.rows) {
       *reinterpret_cast<uint4*>(RowPtr(base, s, c.batch, c.t0 + r, h) + col0 + c8 * 8) =

@@ -152,14 +152,14 @@ __global__ void __launch_bounds__(kThreads, 2) RowGradsKernel(StepBase b) {
   float* KK = dk;
   const int64_t mat = Mat(p, chunk, h);
   const float *dM = b.s.dM + mat, *M = b.s.M + mat, *dA = b.s.dA + mat, *KD = b.s.KD + mat;
-  for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+  ForBlockItems<kThreads, kBT * kBT>([&](int e) {
     const int i = e / kBT, j = e % kBT, x = i * kLd + j;
     const bool lower = j < i;
     const float dA_kd = lower ? dA[e] * KD[e] : 0.0f;
     QK[x] = lower ? dM[e] * M[e] : 0.0f;
     KK[x] = beta[i] * dA_kd;
     dmd[i * kLdT + j] = dA_kd;
-  }
+  });
   __syncthreads();
   // Four threads per row: the row and column sums, and for the last row the decay of every key.
   {

@@ -74,12 +74,12 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     tile::MmaBf16Acc64<true, false>(dkd_t, kBT, ds, kLdBf16, ut, kLdBf16);
     tile::MmaBf16Acc64<true, false>(sdo, kBT, d_o, kLdBf16, s, kLdBf16);
     if (first_slice) tile::MmaBf16Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdBf16);
-    for (int idx = threadIdx.x; idx < kBT * kBT / 2; idx += kThreads) {
+    ForBlockItems<kThreads, kBT * kBT / 2>([&](int idx) {
       const int at2 = idx / (kBT / 2) * kLdBf16 + idx % (kBT / 2) * 2;
       const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + at2));
       const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ds + at2));
       state_dot += x.x * y.x + x.y * y.y;
-    }
+    });
     __syncthreads();
   }
   // Staged as rows: StoreTok writes only the chunk's rows (dW in bf16, WYBackward's operand).
@@ -97,10 +97,10 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   if (first_slice) {
     const float* dm_rows = staged + 3 * kTile;
     float* dM = b.s.dM + Mat(p, chunk, h);
-    for (int e = threadIdx.x; e < kBT * kBT; e += kThreads) {
+    ForBlockItems<kThreads, kBT * kBT>([&](int e) {
       const int i = e / kBT, j = e % kBT;
       dM[e] = i < c.rows && j <= i ? p.scale * dm_rows[i * kLd + j] : 0.0f;
-    }
+    });
   }
   if (threadIdx.x == 0) {
     float total = 0.0f;

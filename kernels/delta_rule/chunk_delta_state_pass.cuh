@@ -170,12 +170,11 @@ struct StateTiles {
 template <int kNk>
 __device__ inline void StoreStateCopy(bf16* dst, const bf16* copy, int v_dim) {
   constexpr int kPieces = kBV / 8;
-#pragma unroll
-  for (int idx = threadIdx.x; idx < kNk * kBT * kPieces; idx += kThreads) {
+  ForBlockItems<kThreads, kNk * kBT * kPieces>([&](int idx) {
     const int r = idx / kPieces, c8 = idx % kPieces * 8;
     *reinterpret_cast<uint4*>(dst + int64_t{r} * v_dim + c8) =
         *reinterpret_cast<const uint4*>(copy + r * kLdSb + c8);
-  }
+  });
 }
 
 // ----------------------------------------------------------------------------------------------

@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "kernels/common/block_items.cuh"
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
 
@@ -143,11 +144,11 @@ __device__ inline void StoreInBf16(__nv_bfloat16* dst, const float* src, const T
 }
 
 __device__ inline void StoreMat(float* dst, const float* src) {
-  for (int idx = threadIdx.x; idx < kBT * 16; idx += kThreads) {
+  ForBlockItems<kThreads, kBT * 16>([&](int idx) {
     const int r = idx / 16, c4 = idx % 16;
     *reinterpret_cast<float4*>(dst + r * kBT + c4 * 4) =
         *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
-  }
+  });
 }
 
 // Rows [0, rows) x columns [v0, v0 + kWidth) of a K x V state in global memory <-> shared memory
