@@ -21,8 +21,9 @@
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadOutputKernel (o or dv), HeadGradQKKernel + HeadGateGradKernel (dq,
 //                        dk, dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
-//   channel gate:        ChannelScoresKernel + ChannelOutputKernel (o or dv), ChannelGradQKKernel
-//                        (dq, dk, dg); chunk_gated_channel.cuh
+//   channel gate:        ChannelScoresKernel (forward: the scores, kept for the backward in
+//                        intra_scores) + ChannelOutputKernel (o or dv), ChannelGradQKKernel (dq,
+//                        dk, dg, and the decayed keys for dv); chunk_gated_channel.cuh
 // Kernels that serve one gate kind are templates on it (or on another parameter) so that this
 // header can define them in both launchers' translation units.
 #pragma once
@@ -66,13 +67,14 @@ inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
 // The workspace, in this order: the per-chunk states h (bf16); backward: their gradients dh; head
 // gate, backward: HeadGradQKKernel's per-slice dg sums; channel gate: the chunks' decays
-// (StateScanKernel's factors), the masked scores and the decayed operand (ChannelScoresKernel).
+// (StateScanKernel's factors) and the decayed operand of ChannelOutputKernel (q scale 2^G from
+// ChannelScoresKernel, or k 2^(G_last - G) from ChannelGradQKKernel). The channel gate's scores
+// are the caller's (intra_scores), kept from the forward for the backward.
 struct Workspace {
   bf16* states = nullptr;
   bf16* d_states = nullptr;
   float* decays = nullptr;
   float* grad_parts = nullptr;
-  bf16* scores = nullptr;
   bf16* decayed = nullptr;
 };
 
@@ -91,7 +93,6 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
     if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
   } else {
     w.decays = static_cast<float*>(take(DecaysBytes(p, chunks)));
-    w.scores = static_cast<bf16*>(take(ScoresBytes(p, chunks)));
     w.decayed = static_cast<bf16*>(take(DecayedBytes(p, chunks)));
   }
   return used;
@@ -111,6 +112,8 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
                                                      p.total_chunks > 0);
   const bool gates = gate == Gate::kChannel ? p.g != nullptr
                                             : (p.g != nullptr) != (p.g_gamma != nullptr);
+  const bool scores =
+      gate == Gate::kHead || (p.intra_scores != nullptr && IsAligned16(p.intra_scores));
   const bool inputs = p.q && p.k && p.v && IsAligned16(p.q) && IsAligned16(p.k) &&
                       IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
                       Bf16RowsAligned(p.v_strides) && p.workspace;
@@ -120,7 +123,8 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
   // StateScanKernel moves the fp32 states four entries at a time (StatePassKernel two).
   const bool states = IsAligned16(p.initial_state) && IsAligned16(p.final_state) &&
                       IsAligned16(p.d_final_state) && IsAligned16(p.d_initial_state);
-  return shapes && gates && inputs && outputs && states ? cudaSuccess : cudaErrorInvalidValue;
+  return shapes && gates && scores && inputs && outputs && states ? cudaSuccess
+                                                                 : cudaErrorInvalidValue;
 }
 
 // Raises the kernel's dynamic shared-memory limit (needed above 48 KB) and launches it.
@@ -204,7 +208,9 @@ cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, cudaStr
   }
 }
 
-// o (forward) or dv (backward) from the states (forward) or their gradients (backward).
+// o (forward) or dv (backward) from the states (forward) or their gradients (backward). The
+// channel gate's forward first writes the scores and the decayed queries; its backward reads the
+// forward's scores and the decayed keys ChannelGradQKKernel wrote.
 template <Gate kGate, bool kGradV>
 cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf16* states,
                          cudaStream_t stream) {
@@ -213,13 +219,16 @@ cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf
     return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>, slices,
                                      HeadOutputSmemBytes(p.k_dim), stream, p, states);
   } else {
-    cudaError_t err = LaunchKernel<bf16*, bf16*>(ChannelScoresKernel<kGradV>,
-                                                 dim3(p.total_chunks, p.heads), sizeof(ScoresSmem),
-                                                 stream, p, w.scores, w.decayed);
-    if (err != cudaSuccess) return err;
+    if constexpr (!kGradV) {
+      cudaError_t err = LaunchKernel<bf16*, bf16*>(ChannelScoresKernel<kGate>,
+                                                   dim3(p.total_chunks, p.heads),
+                                                   sizeof(ScoresSmem), stream, p, p.intra_scores,
+                                                   w.decayed);
+      if (err != cudaSuccess) return err;
+    }
     return LaunchKernel<const bf16*, const bf16*, const bf16*>(
         ChannelOutputKernel<kGradV>, slices, ChannelOutputSmemBytes(p.k_dim), stream, p, states,
-        w.scores, w.decayed);
+        p.intra_scores, w.decayed);
   }
 }
 
@@ -244,10 +253,11 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
   Workspace w;
   CarveWorkspace(p, p.workspace, p.total_chunks, kGate, true, w);
   if (cudaError_t err = ComputeStates<kGate, true>(p, w, stream); err != cudaSuccess) return err;
-  if (cudaError_t err = LaunchOutput<kGate, true>(p, w, w.d_states, stream); err != cudaSuccess) {
-    return err;
-  }
   if constexpr (kGate == Gate::kHead) {
+    if (cudaError_t err = LaunchOutput<kGate, true>(p, w, w.d_states, stream);
+        err != cudaSuccess) {
+      return err;
+    }
     const bool gate_grad = p.dg != nullptr && p.g != nullptr;
     const dim3 grid(p.total_chunks, p.heads, p.k_dim / kBK);
     const size_t smem = HeadGradQKSmemBytes(p.v_dim);
@@ -262,9 +272,12 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
     HeadGateGradKernel<kGate><<<dim3(p.total_chunks, p.heads), kBT, 0, stream>>>(p, w.grad_parts);
     return cudaGetLastError();
   } else {
-    return LaunchKernel<const bf16*, const bf16*>(
+    // dq, dk, dg first: the kernel also leaves the decayed keys that dv takes.
+    cudaError_t err = LaunchKernel<const bf16*, const bf16*, bf16*>(
         ChannelGradQKKernel<kGate>, dim3(p.total_chunks, p.heads, p.k_dim / kBK),
-        sizeof(ChannelGradSmem), stream, p, w.states, w.d_states);
+        sizeof(ChannelGradSmem), stream, p, w.states, w.d_states, w.decayed);
+    if (err != cudaSuccess) return err;
+    return LaunchOutput<kGate, true>(p, w, w.d_states, stream);
   }
 }
 

@@ -4,14 +4,18 @@
 // The off-diagonal 16 x 16 sub-blocks of the scores A (and of the dq / dk products) are
 // re-referenced to a row n of the sub-chunk, (q 2^(G-G_n)) (k 2^(G_n-G))^T, so that neither
 // factor can overflow; the diagonal sub-blocks are computed elementwise in fp32.
-//   ChannelScoresKernel  grid (chunks, H): P = scale tril(A) (bf16) and the decayed operand X
-//                        (forward q scale 2^G, backward k 2^(G_last - G)) into the workspace
+//   ChannelScoresKernel  grid (chunks, H), forward: P = scale tril(A) (bf16) into intra_scores,
+//                        which the caller keeps for the backward, and the decayed operand
+//                        X = q scale 2^G into the workspace
 //   ChannelOutputKernel  grid (chunks, H, V/64): o = X h_c + P V, or dv = X dh_c + P^T dO
 //   ChannelGradQKKernel  grid (chunks, H, K/64): dq, dk and dg of one K slice (the channel
-//                        gate's dg is per key channel, so the slices are independent)
+//                        gate's dg is per key channel, so the slices are independent), and the
+//                        slice of the backward's X = k 2^(G_last - G)
 // Why the scores have their own kernel: they are the costly part (sub-chunk operands, the
 // elementwise diagonal), and the output's V slices would each recompute them; written once,
 // the output kernel has the head gate's shape (asynchronous copies, products in registers).
+// The backward reads the forward's P rather than recomputing it, as fla keeps its A (recomputing
+// it took 1.28 of the 8.0 ms forward + backward at (1,8192,96,128) on the H200).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -33,13 +37,16 @@ namespace flame::kernels::gated_chunk {
 // rows): 0, 16, 48.
 __device__ inline int SubBlockOffset(int s) { return 8 * s * (s - 1); }
 
-// Element (r, col) of ksub, the 96-row scratch of k_j 2^(G_n - G_j) for j < n = 16 s, sub-chunk
-// s = 1, 2, 3 at SubBlockOffset(s): the keys re-referenced to the first row of a later sub-chunk.
-__device__ inline bf16 KsubElement(const bf16* k, const float* G, int r, int col) {
-  const int s = r < 16 ? 1 : (r < 48 ? 2 : 3);
-  const int j = r - SubBlockOffset(s), n = 16 * s;
-  return __float2bfloat16(ToFloat(k[j * kLdBf16 + col]) *
-                          exp2f(G[n * kLdF32 + col] - G[j * kLdF32 + col]));
+// ksub, the 96-row scratch of k_j 2^(G_n - G_j) for j < n = 16 s, sub-chunk s = 1, 2, 3 at
+// SubBlockOffset(s): the keys re-referenced to the first row of a later sub-chunk. (Row block m
+// of ForRowPairs, rows [8 m, 8 m + 8), lies in sub-chunk 1 for m < 2, 2 for m < 6, else 3.)
+__device__ inline void BuildKsub(bf16* ksub, const bf16* k, const float* G) {
+  ForRowPairs<96>([&](int m, int r, int col) {
+    const int s = m < 2 ? 1 : (m < 6 ? 2 : 3);
+    const int j = r - SubBlockOffset(s), n = 16 * s;
+    const float2 kj = LoadPair(k, j, col), gj = LoadPair(G, j, col), gn = LoadPair(G, n, col);
+    StorePair(ksub, r, col, kj.x * Exp2(gn.x - gj.x), kj.y * Exp2(gn.y - gj.y));
+  });
 }
 
 // A[i][j] (j <= i) += sum over this K slice of q_ik k_jk 2^(G_ik - G_jk). scratch: 160 rows.
@@ -49,54 +56,48 @@ __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, 
                                         bf16* scratch) {
   bf16* qsub = scratch;                 // rows 16..63: q_i 2^(G_i - G_n), n = 16 * (i / 16)
   bf16* ksub = scratch + kBT * kLdBf16;  // 96 rows: k_j 2^(G_n - G_j), j < n = 16 s
-  for (int idx = threadIdx.x; idx < kBT * kBK; idx += kThreads) {
-    const int i = idx / kBK, c = idx % kBK;
-    if (i >= 16) {
-      const int n = i & ~15;
-      qsub[i * kLdBf16 + c] = __float2bfloat16(
-          ToFloat(q[i * kLdBf16 + c]) * exp2f(G[i * kLdF32 + c] - G[n * kLdF32 + c]));
-    }
-  }
-  for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
-    const int r = idx / kBK, c = idx % kBK;
-    ksub[r * kLdBf16 + c] = KsubElement(k, G, r, c);
-  }
-  // Diagonal 16 x 16 blocks, elementwise in fp32. Thread t takes rows i0, i0 + 1 and columns
-  // j0, j0 + 1 of sub-chunk t / 64 and two channels per step, so that one 4- or 8-byte shared
-  // load serves four products (one scalar load per product before: the loop was most of this
-  // kernel's instructions). Blocks wholly above the diagonal are skipped; the pair above it in a
-  // diagonal 2 x 2 block is computed (its exponent may overflow) and not stored.
+  ForRowPairs<kBT - 16>([&](int m, int r, int col) {
+    const int i = 16 + r, n = 16 + 16 * (m / 2);
+    const float2 qi = LoadPair(q, i, col), gi = LoadPair(G, i, col), gn = LoadPair(G, n, col);
+    StorePair(qsub, i, col, qi.x * Exp2(gi.x - gn.x), qi.y * Exp2(gi.y - gn.y));
+  });
+  BuildKsub(ksub, k, G);
+  // Diagonal 16 x 16 blocks, elementwise in fp32. Warp w takes rows n + w and n + 15 - w of every
+  // sub-chunk (w + 1 and 16 - w pairs (i, j), j <= i: 17 for every warp, so no lane idles), lane l
+  // sub-chunk l / 8 and the eight channels 8 (l % 8) .. + 7 (16-byte loads of k and G rows); the
+  // eight lanes of a sub-chunk then add their channels up by shuffles. (One thread per 2 x 2 block
+  // of pairs before: the threads above the diagonal idled, 56% of lanes busy.)
   {
-    const int n = threadIdx.x / 64 * 16, a = threadIdx.x % 64 / 8, b = threadIdx.x % 8;
-    if (b <= a) {
-      const int i0 = n + 2 * a, j0 = n + 2 * b;
-      float acc[2][2] = {{0.0f, 0.0f}, {0.0f, 0.0f}};
-      for (int c = 0; c < kBK; c += 2) {
-        float2 qi[2], gi[2], kj[2], gj[2];
+    const int a = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int n = lane / 8 * 16, c0 = lane % 8 * 8;
+    const int i_lo = n + a, i_hi = n + 15 - a;
+    float q_lo[8], q_hi[8], g_lo[8], g_hi[8];
+    LoadEight(q, i_lo, c0, q_lo);
+    LoadEight(q, i_hi, c0, q_hi);
+    LoadEight(G, i_lo, c0, g_lo);
+    LoadEight(G, i_hi, c0, g_hi);
+    // The eight lanes' partial sums, added up; lane j % 8 of the group adds the pair to A.
+    const auto add = [&](float x, int i, int j) {
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      x += __shfl_xor_sync(0xffffffffu, x, 4);
+      if (lane % 8 == j % 8) A[i * kLdF32 + n + j] += x;
+    };
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
-          qi[u] = __bfloat1622float2(
-              *reinterpret_cast<const __nv_bfloat162*>(q + (i0 + u) * kLdBf16 + c));
-          kj[u] = __bfloat1622float2(
-              *reinterpret_cast<const __nv_bfloat162*>(k + (j0 + u) * kLdBf16 + c));
-          gi[u] = *reinterpret_cast<const float2*>(G + (i0 + u) * kLdF32 + c);
-          gj[u] = *reinterpret_cast<const float2*>(G + (j0 + u) * kLdF32 + c);
-        }
+    for (int j = 0; j < 16; ++j) {
+      if (j > 15 - a) break;  // a is the warp's: every branch here is uniform
+      float kj[8], gj[8];
+      LoadEight(k, n + j, c0, kj);
+      LoadEight(G, n + j, c0, gj);
+      float hi = 0.0f;
 #pragma unroll
-        for (int u = 0; u < 2; ++u) {
+      for (int e = 0; e < 8; ++e) hi += q_hi[e] * kj[e] * Exp2(g_hi[e] - gj[e]);
+      add(hi, i_hi, j);
+      if (j <= a) {
+        float lo = 0.0f;
 #pragma unroll
-          for (int w = 0; w < 2; ++w) {
-            acc[u][w] += qi[u].x * kj[w].x * exp2f(gi[u].x - gj[w].x) +
-                         qi[u].y * kj[w].y * exp2f(gi[u].y - gj[w].y);
-          }
-        }
-      }
-#pragma unroll
-      for (int u = 0; u < 2; ++u) {
-#pragma unroll
-        for (int w = 0; w < 2; ++w) {
-          if (j0 + w <= i0 + u) A[(i0 + u) * kLdF32 + j0 + w] += acc[u][w];
-        }
+        for (int e = 0; e < 8; ++e) lo += q_lo[e] * kj[e] * Exp2(g_lo[e] - gj[e]);
+        add(lo, i_lo, j);
       }
     }
   }
@@ -145,11 +146,29 @@ __device__ inline void StoreEight(bf16* dst, F f) {
   *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(packed);
 }
 
-// One (chunk, head) per block: the scores summed over the K slices (synchronous loads; the
-// slice's decayed operand written as it goes), then P.
+// Writes K slice [k0, k0 + 64) of the decayed operand X from the slice's tile t (q or k) and
+// gate cumsum G: forward (kGradV false) X = q scale 2^G, backward X = k 2^(G_last - G).
 template <bool kGradV>
+__device__ inline void StoreDecayedSlice(bf16* decayed, const ChunkGatedParams& p, const Chunk& c,
+                                         int h, int k0, const bf16* t, const float* G) {
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
+    const int r = idx / 8, c0 = idx % 8 * 8;
+    StoreEight(decayed + DecayedOffset(p, c.global, h, r) + k0 + c0, [&](int e) {
+      const int col = c0 + e;
+      const float g = G[r * kLdF32 + col];
+      const float x = ToFloat(t[r * kLdBf16 + col]);
+      return kGradV ? x * exp2f(G[(kBT - 1) * kLdF32 + col] - g) : x * p.scale * exp2f(g);
+    });
+  });
+}
+
+// One (chunk, head) per block: the scores summed over the K slices (synchronous loads; the
+// slice's decayed queries written as it goes), then P. (A template only so that the header
+// defines it in each launcher's translation unit without a clash.)
+template <Gate kGate>
 __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams p, bf16* scores,
                                                                 bf16* decayed) {
+  static_assert(kGate == Gate::kChannel, "the head gate's scores are HeadOutputKernel's");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   ScoresSmem& s = *reinterpret_cast<ScoresSmem*>(smem_raw);
   const Chunk c = LocateChunk(p, blockIdx.x);
@@ -161,15 +180,7 @@ __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams
     LoadRows(s.k, p.k, p.qk_strides, c, h, k0);
     LoadChannelGate(s.G, p, c, h, k0);  // synchronises
     AccumulateScores(s.A, s.q, s.k, s.G, s.scratch);
-    ForBlockItems<kThreads, kBT * 8>([&](int idx) {
-      const int r = idx / 8, c0 = idx % 8 * 8;
-      StoreEight(decayed + DecayedOffset(p, c.global, h, r) + k0 + c0, [&](int e) {
-        const int col = c0 + e;
-        const float g = s.G[r * kLdF32 + col];
-        return kGradV ? ToFloat(s.k[r * kLdBf16 + col]) * exp2f(s.G[(kBT - 1) * kLdF32 + col] - g)
-                      : ToFloat(s.q[r * kLdBf16 + col]) * p.scale * exp2f(g);
-      });
-    });
+    StoreDecayedSlice<false>(decayed, p, c, h, k0, s.q, s.G);
   }
   __syncthreads();
   ForBlockItems<kThreads, kBT * 8>([&](int idx) {
@@ -241,19 +252,52 @@ __global__ void __launch_bounds__(kThreads) ChannelOutputKernel(ChunkGatedParams
 // no cancellation between large terms: taking R from the state leaving the chunk instead cancels
 // against k dk_inter only up to bf16 rounding, which swamps dg when decays are strong (dg ~ 0).
 
-// ksub (96 rows, KsubElement);
-// qsub (96 rows): q_i 2^(G_i - G_n'), n' = 16 s + 15, for i > n', s = 0, 1, 2 at QsubOffset(s).
+// ksub (96 rows, BuildKsub);
+// qsub (96 rows): q_i 2^(G_i - G_n'), n' = 16 s + 15, for i > n', s = 0, 1, 2 at QsubOffset(s)
+// (row block m in s = 0 for m < 6, 1 for m < 10, else 2).
 __device__ inline void BuildSubChunkOperands(bf16* ksub, bf16* qsub, const bf16* q, const bf16* k,
                                              const float* G) {
-  for (int idx = threadIdx.x; idx < 96 * kBK; idx += kThreads) {
-    const int r = idx / kBK, col = idx % kBK;
-    ksub[r * kLdBf16 + col] = KsubElement(k, G, r, col);
-    const int sq = r < 48 ? 0 : (r < 80 ? 1 : 2);
-    const int i = 16 * sq + 16 + r - QsubOffset(sq);
-    const int nq = 16 * sq + 15;
-    qsub[r * kLdBf16 + col] = __float2bfloat16(
-        ToFloat(q[i * kLdBf16 + col]) * exp2f(G[i * kLdF32 + col] - G[nq * kLdF32 + col]));
+  BuildKsub(ksub, k, G);
+  ForRowPairs<96>([&](int m, int r, int col) {
+    const int sq = m < 6 ? 0 : (m < 10 ? 1 : 2);
+    const int i = 16 * sq + 16 + r - QsubOffset(sq), nq = 16 * sq + 15;
+    const float2 qi = LoadPair(q, i, col), gi = LoadPair(G, i, col), gn = LoadPair(G, nq, col);
+    StorePair(qsub, r, col, qi.x * Exp2(gi.x - gn.x), qi.y * Exp2(gi.y - gn.y));
+  });
+}
+
+// The diagonal 16 x 16 blocks of dq and dk, elementwise in fp32 (the sub-chunk trick would need
+// factors that can overflow there): for i, j in one sub-chunk, j <= i, and each key channel,
+//   dq_i += dA_ij k_j 2^(G_i - G_j),   dk_j += dA_ij q_i 2^(G_i - G_j),
+// into fp32 tiles diag_q and diag_k. Thread t takes sub-chunk t / 64 and channel t % 64 with its
+// 16 rows of G, k and dk in registers, so each decay is computed once for both sums, every lane
+// does the same 136 (i, j) pairs, and dA_ij is one broadcast load per warp. (Each thread took a
+// 16-row tile's elements before: loops of 1 to 16 steps by row, half the lanes idle on average,
+// and two exponentials per pair.)
+__device__ inline void DiagonalGrads(float* diag_q, float* diag_k, const float* dA, const bf16* q,
+                                     const bf16* k, const float* G) {
+  const int n = threadIdx.x / 64 * 16, col = threadIdx.x % 64;
+  float g[16], kj[16], dk[16];
+#pragma unroll
+  for (int a = 0; a < 16; ++a) {
+    g[a] = G[(n + a) * kLdF32 + col];
+    kj[a] = ToFloat(k[(n + a) * kLdBf16 + col]);
+    dk[a] = 0.0f;
   }
+#pragma unroll
+  for (int i = 0; i < 16; ++i) {
+    const float qi = ToFloat(q[(n + i) * kLdBf16 + col]);
+    float dq = 0.0f;
+#pragma unroll
+    for (int j = 0; j <= i; ++j) {
+      const float d = dA[(n + i) * kLdF32 + n + j] * Exp2(g[i] - g[j]);
+      dq += d * kj[j];
+      dk[j] += d * qi;
+    }
+    diag_q[(n + i) * kLdF32 + col] = dq;
+  }
+#pragma unroll
+  for (int a = 0; a < 16; ++a) diag_k[(n + a) * kLdF32 + col] = dk[a];
 }
 
 struct ChannelGradSmem {
@@ -273,9 +317,10 @@ static_assert(2 * kBT * kLdF32 * sizeof(float) <= sizeof(ChannelGradSmem::work),
 static_assert(192 * kLdBf16 * sizeof(bf16) <= sizeof(ChannelGradSmem::work), "sub-chunk rows fit");
 
 template <Gate kGate>
-__global__ void __launch_bounds__(kThreads) ChannelGradQKKernel(ChunkGatedParams p,
-                                                                const bf16* states,
-                                                                const bf16* d_states) {
+__global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedParams p,
+                                                                   const bf16* states,
+                                                                   const bf16* d_states,
+                                                                   bf16* decayed) {
   static_assert(kGate == Gate::kChannel, "the head gate's is HeadGradQKKernel");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   ChannelGradSmem& s = *reinterpret_cast<ChannelGradSmem*>(smem_raw);
@@ -333,17 +378,17 @@ __global__ void __launch_bounds__(kThreads) ChannelGradQKKernel(ChunkGatedParams
   dq.Transform([&](int r, int col, float x) { return x * scale * exp2f(g(r, col)); });
   dk.Transform([&](int r, int col, float x) { return x * exp2f(g(kBT - 1, col) - g(r, col)); });
   const tile::Acc64 dk_inter = dk;
+  StoreDecayedSlice<true>(decayed, p, c, h, k0, s.k, s.G);  // dv's operand (ChannelOutputKernel)
   __syncthreads();  // every warp is done with the V slice tiles: the sub-chunk operands take them
   bf16* ksub = tiles;
   bf16* qsub = tiles + 96 * kLdBf16;
   BuildSubChunkOperands(ksub, qsub, s.q, s.k, s.G);
   __syncthreads();  // dA, dAb and the operands are in
 
-  // Intra-chunk parts, per 16-row tile of the warp (sub-chunk sb, reference rows n and last):
+  // Off-diagonal sub-blocks of the intra-chunk parts on tensor cores, per 16-row tile of the warp
+  // (sub-chunk sb, reference rows n and last):
   //   dq_i += 2^(G_i - G_n) sum_{j < n} dA_ij ksub_j
-  //           + sum_{n <= j <= i} dA_ij k_j 2^(G_i - G_j)
   //   dk_j += 2^(G_last - G_j) sum_{i > last} dA_ij qsub_i
-  //           + sum_{j <= i <= last} dA_ij q_i 2^(G_i - G_j)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int sb = tile::Acc64::Row(i) / 16, n = 16 * sb, last = n + 15;
@@ -359,56 +404,40 @@ __global__ void __launch_bounds__(kThreads) ChannelGradQKKernel(ChunkGatedParams
       tile::MmaBf16Warp16<false, true>(off_k, kBT - last - 1, s.dAb + (last + 1) * kLdBf16 + n,
                                        kLdBf16, qsub + QsubOffset(sb) * kLdBf16 + col0, kLdBf16);
     }
-    // Elements e and e + 1 are adjacent columns of one row: one dA load and one 4- and one 8-byte
-    // load of k (or q) and G serve both.
-    auto pair = [](const bf16* t, int r, int col) {
-      return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(t + r * kLdBf16 + col));
-    };
-    auto g2 = [&](int r, int col) {
-      return *reinterpret_cast<const float2*>(s.G + r * kLdF32 + col);
-    };
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
       const int r = tile::Acc64::ElementRow(i, e), col = tile::Acc64::ElementCol(e);
-      const float2 gr = g2(r, col);
-      float2 aq = make_float2(0.0f, 0.0f);
+      const float2 gr = LoadPair(s.G, r, col);
       if (sb >= 1) {
-        const float2 gn = g2(n, col);
-        aq = make_float2(exp2f(gr.x - gn.x) * off_q.x[e], exp2f(gr.y - gn.y) * off_q.x[e + 1]);
+        const float2 gn = LoadPair(s.G, n, col);
+        dq.part[i].x[e] += exp2f(gr.x - gn.x) * off_q.x[e];
+        dq.part[i].x[e + 1] += exp2f(gr.y - gn.y) * off_q.x[e + 1];
       }
-      for (int jj = n; jj <= r; ++jj) {
-        const float d = s.dA[r * kLdF32 + jj];
-        const float2 kv = pair(s.k, jj, col), gj = g2(jj, col);
-        aq.x += d * kv.x * exp2f(gr.x - gj.x);
-        aq.y += d * kv.y * exp2f(gr.y - gj.y);
-      }
-      dq.part[i].x[e] += aq.x;
-      dq.part[i].x[e + 1] += aq.y;
-      float2 ak = make_float2(0.0f, 0.0f);
       if (sb <= 2) {
-        const float2 gl = g2(last, col);
-        ak = make_float2(exp2f(gl.x - gr.x) * off_k.x[e], exp2f(gl.y - gr.y) * off_k.x[e + 1]);
+        const float2 gl = LoadPair(s.G, last, col);
+        dk.part[i].x[e] += exp2f(gl.x - gr.x) * off_k.x[e];
+        dk.part[i].x[e + 1] += exp2f(gl.y - gr.y) * off_k.x[e + 1];
       }
-      for (int ii = r; ii <= last; ++ii) {
-        const float d = s.dA[ii * kLdF32 + r];
-        const float2 qv = pair(s.q, ii, col), gi = g2(ii, col);
-        ak.x += d * qv.x * exp2f(gi.x - gr.x);
-        ak.y += d * qv.y * exp2f(gi.y - gr.y);
-      }
-      dk.part[i].x[e] += ak.x;
-      dk.part[i].x[e + 1] += ak.y;
     }
   }
-  __syncthreads();  // the sub-chunk operands are read: the dg tiles take their place
+  __syncthreads();  // the sub-chunk operands are read: the diagonal blocks' sums take their place
+  float* diag_q = reinterpret_cast<float*>(s.work);
+  float* diag_k = diag_q + kBT * kLdF32;
+  DiagonalGrads(diag_q, diag_k, s.dA, s.q, s.k, s.G);
+  __syncthreads();
 
-  // dg terms per element: q dq - k dk + k dk_inter (the s >= t part), and k dk_inter.
-  float* kdk = reinterpret_cast<float*>(s.work);
-  float* terms = kdk + kBT * kLdF32;
+  // The diagonal sums join dq and dk; then the dg terms per element: q dq - k dk + k dk_inter
+  // (the s >= t part), and k dk_inter. Their tiles take the diagonal tiles' place: each thread
+  // reads and then writes the same elements (its accumulator positions).
+  float* kdk = diag_q;
+  float* terms = diag_k;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) {
       const int r = tile::Acc64::ElementRow(i, e), col = tile::Acc64::ElementCol(e);
+      dq.part[i].x[e] += diag_q[r * kLdF32 + col];
+      dk.part[i].x[e] += diag_k[r * kLdF32 + col];
       const float qv = ToFloat(s.q[r * kLdBf16 + col]), kv = ToFloat(s.k[r * kLdBf16 + col]);
       const float kd = kv * dk_inter.part[i].x[e];
       kdk[r * kLdF32 + col] = kd;

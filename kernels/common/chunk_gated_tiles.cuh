@@ -68,6 +68,55 @@ __device__ inline int64_t StateOffset(const ChunkGatedParams& p, int block, int 
 __device__ inline float ToFloat(float x) { return x; }
 __device__ inline float ToFloat(bf16 x) { return __bfloat162float(x); }
 
+// f(m, r, col) over a kRows x 64 tile: warp w takes rows r = w + 8 m (m < kRows / 8), each lane
+// the column pair col = 2 lane, col + 1, so that one warp reads and writes a row's 64 columns in
+// 4-byte (bf16) or 8-byte (fp32) pieces. Unrolled, m is a constant: a row's place in a layout of
+// 8-row-aligned blocks (which sub-chunk it belongs to) folds at compile time.
+template <int kRows, typename F>
+__device__ __forceinline__ void ForRowPairs(F f) {
+  static_assert(kRows % kWarps == 0, "every warp takes the same rows");
+  const int w = threadIdx.x / 32, col = 2 * (threadIdx.x % 32);
+#pragma unroll
+  for (int m = 0; m < kRows / kWarps; ++m) f(m, w + kWarps * m, col);
+}
+
+__device__ inline float2 LoadPair(const bf16* t, int r, int col) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(t + r * kLdBf16 + col));
+}
+__device__ inline float2 LoadPair(const float* t, int r, int col) {
+  return *reinterpret_cast<const float2*>(t + r * kLdF32 + col);
+}
+__device__ inline void StorePair(bf16* t, int r, int col, float x, float y) {
+  *reinterpret_cast<__nv_bfloat162*>(t + r * kLdBf16 + col) = __floats2bfloat162_rn(x, y);
+}
+
+// Eight consecutive entries of row r from column c0 (16-byte aligned), as floats.
+__device__ inline void LoadEight(const bf16* t, int r, int c0, float (&x)[8]) {
+  const uint4 raw = *reinterpret_cast<const uint4*>(t + r * kLdBf16 + c0);
+  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    const float2 f = __bfloat1622float2(pairs[e]);
+    x[2 * e] = f.x;
+    x[2 * e + 1] = f.y;
+  }
+}
+__device__ inline void LoadEight(const float* t, int r, int c0, float (&x)[8]) {
+  const float4 lo = *reinterpret_cast<const float4*>(t + r * kLdF32 + c0);
+  const float4 hi = *reinterpret_cast<const float4*>(t + r * kLdF32 + c0 + 4);
+  x[0] = lo.x, x[1] = lo.y, x[2] = lo.z, x[3] = lo.w;
+  x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
+}
+
+// 2^x with results below 2^-126 flushed to zero: one MUFU.EX2, where exp2f adds a range test and
+// two predicated multiplies to keep them. Decays that small are below bf16 resolution of any sum
+// they join.
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 __device__ inline float WarpSum(float x) {
   for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
   return x;

@@ -9,6 +9,10 @@ size_t GlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward) {
   return gated_chunk::WorkspaceBytes(params, gated_chunk::Gate::kChannel, backward);
 }
 
+size_t GlaChunkScoresBytes(const ChunkGatedParams& params) {
+  return gated_chunk::ScoresBytes(params, gated_chunk::TotalChunks(params));
+}
+
 cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {
   if (params.g_gamma != nullptr) return cudaErrorInvalidValue;
   return gated_chunk::Forward<gated_chunk::Gate::kChannel>(params, stream);

@@ -3,7 +3,8 @@
 //   S_t = diag(exp(g_t)) S_{t-1} + k_t v_t^T,   o_t = scale * S_t^T q_t
 //
 // Fields of ChunkGatedParams used: g [B,T,H,K] fp32 (natural-log decay, e.g. logsigmoid(x)/16),
-// with g_strides; g_gamma must be null. q, k, v, o, d_o, dq, dk, dv bf16; states and dg fp32.
+// with g_strides; g_gamma must be null. q, k, v, o, d_o, dq, dk, dv bf16; states and dg fp32;
+// intra_scores (bf16) is required.
 // The state layout is [N,H,K,V] (fla's default, state_v_first=False).
 #pragma once
 
@@ -17,11 +18,14 @@ namespace flame::kernels {
 
 size_t GlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward);
 
-// Writes o and, when params.final_state is set, the final state.
+// Size of params.intra_scores, which the caller keeps from the forward to the backward.
+size_t GlaChunkScoresBytes(const ChunkGatedParams& params);
+
+// Writes o, the intra-chunk scores and, when params.final_state is set, the final state.
 cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream);
 
 // Recomputes the states, then writes dq, dk, dv, dg and, when params.d_initial_state is set,
-// the initial-state gradient.
+// the initial-state gradient; reads the scores the forward wrote.
 cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream);
 
 }  // namespace flame::kernels

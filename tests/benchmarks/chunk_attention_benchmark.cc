@@ -203,6 +203,9 @@ Timed MakeGated(const std::string& op, const Shape& s, Buffers& buf) {
       gla ? std::max(GlaChunkWorkspaceBytes(p, true), GlaChunkWorkspaceBytes(p, false))
           : std::max(SimpleGlaChunkWorkspaceBytes(p, true), SimpleGlaChunkWorkspaceBytes(p, false));
   p.workspace = buf.Alloc<unsigned char>(ws);
+  // chunk_gla's scores, kept from the forward for the backward: counted with the workspace.
+  const size_t scores = gla ? GlaChunkScoresBytes(p) : 0;
+  if (gla) p.intra_scores = buf.Alloc<__nv_bfloat16>(scores / sizeof(__nv_bfloat16));
 
   const double C = kGatedChunkSize, K = s.D, V = s.D, gb = gla ? 4.0 * K : 4.0;
   Timed t;
@@ -216,7 +219,7 @@ Timed MakeGated(const std::string& op, const Shape& s, Buffers& buf) {
   t.bwd_bytes = 2 * (2 * K + 2 * V) + gb + 2 * (2 * K + V) + gb;
   t.fwd_flops = 2 * C * (K + V) + 4 * K * V;
   t.bwd_flops = 6 * C * K + 4 * C * V + 10 * K * V;
-  t.workspace_bytes = ws;
+  t.workspace_bytes = ws + scores;
   return t;
 }
 

@@ -34,6 +34,7 @@ ChunkGatedParams ValidUniformParams() {
   p.v_strides = ContiguousStrides(100, 2, 64);
   p.g = gate;
   p.g_strides = ContiguousStrides(100, 2, 128);
+  p.intra_scores = tensor;
   return p;
 }
 
@@ -43,12 +44,29 @@ TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   const size_t states = 4 * 2 * 128 * 64 * 2;     // bf16 per chunk and head (twice backward)
   const size_t dg_sums = 8448;                    // head gate, backward: 4 x 2 x 2 x 129 fp32
   const size_t channel_decays = 4 * 2 * 128 * 4;  // channel gate: fp32 per chunk and key channel
-  const size_t scores = 4 * 2 * 64 * 64 * 2;      // channel gate: bf16 masked scores
   const size_t decayed = 4 * 2 * 64 * 128 * 2;    // channel gate: bf16 decayed q or k
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, false), states);
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), 2 * states + dg_sums);
-  EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + scores + decayed);
-  EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + scores + decayed);
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + decayed);
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + decayed);
+  // chunk_gla's scores are the caller's, kept from the forward: bf16 64 x 64 per chunk and head.
+  EXPECT_EQ(GlaChunkScoresBytes(p), size_t{4} * 2 * 64 * 64 * 2);
+}
+
+TEST(GatedChunkLaunchers, GlaRejectsMissingOrMisalignedScores) {
+  ChunkGatedParams p = ValidUniformParams();
+  alignas(16) static unsigned char workspace[16];
+  p.workspace = workspace;
+  p.d_o = p.dq = p.dk = p.dv = p.intra_scores;
+  static float dg[8];
+  p.dg = dg;
+  __nv_bfloat16* const scores = p.intra_scores;
+  p.intra_scores = nullptr;
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(GlaChunkBackward(p, nullptr), cudaErrorInvalidValue);
+  p.intra_scores = scores + 1;  // 2-byte aligned only
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(GlaChunkBackward(p, nullptr), cudaErrorInvalidValue);
 }
 
 TEST(GatedChunkLaunchers, RejectHeadDimsThatAreNotMultiplesOf64) {

@@ -5,7 +5,8 @@
 // cu_seqlens with chunk offsets. The entry points convert into them with differentiable ATen ops
 // (`to`, `contiguous`), so autograd casts the gradients back to whatever the caller passed.
 // The forward keeps no per-chunk states: the backward recomputes them (the launchers' contract),
-// so the saved tensors are just the inputs.
+// so the saved tensors are the inputs and, for chunk_gla, the intra-chunk scores its forward
+// wrote for its backward (bf16 [chunks, H, 64, 64], half the size of q at K = 128).
 #include <torch/torch.h>
 
 #include <optional>
@@ -64,10 +65,17 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     const ChunkSeqlens seqs{Value(cu_seqlens_in), Value(chunk_offsets_in), total_chunks};
     const c10::cuda::CUDAGuard guard(q.device());
     kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, seqs, scale, channel_gate);
+    torch::Tensor scores;
+    if (channel_gate) {
+      scores = torch::empty({static_cast<int64_t>(kernels::GlaChunkScoresBytes(p))},
+                            q.options().dtype(torch::kUInt8));
+      p.intra_scores = static_cast<__nv_bfloat16*>(scores.data_ptr());
+    }
     const variable_list out =
         RunChunkForward(channel_gate ? kGla : kSimpleGla, q, v, seqs, output_final_state, &p);
 
-    ctx->save_for_backward({q, k, v, g, g_gamma, h0, seqs.cu_seqlens, seqs.chunk_offsets});
+    ctx->save_for_backward(
+        {q, k, v, g, g_gamma, h0, seqs.cu_seqlens, seqs.chunk_offsets, scores});
     ctx->saved_data["total_chunks"] = total_chunks;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["channel_gate"] = channel_gate;
@@ -84,6 +92,7 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     const ChunkSeqlens seqs{saved[6], saved[7], ctx->saved_data["total_chunks"].toInt()};
     kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, seqs,
                                              ctx->saved_data["scale"].toDouble(), channel_gate);
+    if (channel_gate) p.intra_scores = static_cast<__nv_bfloat16*>(saved[8].data_ptr());
     const torch::Tensor dg = g.defined() ? torch::empty_like(g) : torch::Tensor();
     p.dg = Fp32Ptr(dg);
     const ChunkGrads d = RunChunkBackward(channel_gate ? kGla : kSimpleGla, grads, q, k, v, h0, &p);
