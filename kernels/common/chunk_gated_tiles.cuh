@@ -109,8 +109,9 @@ __device__ inline void LoadEight(const float* t, int r, int c0, float (&x)[8]) {
 }
 
 // 2^x with results below 2^-126 flushed to zero: one MUFU.EX2, where exp2f adds a range test and
-// two predicated multiplies to keep them. Decays that small are below bf16 resolution of any sum
-// they join.
+// two predicated multiplies to keep them as denormals. The callers' x are gate-cumsum differences
+// (<= 0) inside sums that also hold a term of factor 1 (the diagonal j = i), beside which a term
+// of factor 2^-126 is far below fp32 resolution.
 __device__ __forceinline__ float Exp2(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
