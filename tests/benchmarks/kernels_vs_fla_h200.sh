@@ -9,6 +9,8 @@
 # go to $OUT. SRC_DIRS lists such folders to try in turn: the first that builds is measured.
 # fla comes from the wheels in .whl/. BUDGET (seconds, whole script) bounds fla's part: what fla
 # has not finished is printed as not measured. TRITON_CACHE_DIR holds every compile of the run.
+# FLA_OPS (e.g. chunk_gla) narrows fla's side to those ops, with fewer compile workers competing
+# for the cores; ours and SDPA are timed as always.
 set -uo pipefail
 start=$(date +%s)
 OUT=${OUT:-out}
