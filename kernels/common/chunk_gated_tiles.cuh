@@ -12,6 +12,7 @@
 #include "kernels/common/chunk_gated_params.h"
 #include "kernels/common/chunk_seqs.h"
 #include "kernels/common/mma_tile.cuh"
+#include "kernels/norm/row_ops.cuh"  // LoadBf16x8
 
 namespace flame::kernels::gated_chunk {
 
@@ -92,14 +93,7 @@ __device__ inline void StorePair(bf16* t, int r, int col, float x, float y) {
 
 // Eight consecutive entries of row r from column c0 (16-byte aligned), as floats.
 __device__ inline void LoadEight(const bf16* t, int r, int c0, float (&x)[8]) {
-  const uint4 raw = *reinterpret_cast<const uint4*>(t + r * kLdBf16 + c0);
-  const __nv_bfloat162* pairs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    const float2 f = __bfloat1622float2(pairs[e]);
-    x[2 * e] = f.x;
-    x[2 * e + 1] = f.y;
-  }
+  LoadBf16x8(t + r * kLdBf16 + c0, x);
 }
 __device__ inline void LoadEight(const float* t, int r, int c0, float (&x)[8]) {
   const float4 lo = *reinterpret_cast<const float4*>(t + r * kLdF32 + c0);
