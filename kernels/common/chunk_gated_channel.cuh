@@ -115,8 +115,8 @@ __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, 
 // rows) in a 96-row scratch: 0, 48, 80.
 __device__ inline int QsubOffset(int s) { return s == 0 ? 0 : (s == 1 ? 48 : 80); }
 
-// Workspace layout of the scores and the decayed operand: [chunks, H, 64, 64] and
-// [chunks, H, 64, K] bf16.
+// Layouts of the scores (the caller's intra_scores) and of the decayed operand (workspace):
+// [chunks, H, 64, 64] and [chunks, H, 64, K] bf16.
 inline size_t ScoresBytes(const ChunkGatedParams& p, int chunks) {
   return static_cast<size_t>(chunks) * p.heads * kBT * kBT * sizeof(bf16);
 }
