@@ -9,10 +9,13 @@ fla autotunes every Triton kernel at its first call per shape group, and on a fr
 Triton compiles behind that take minutes per op (over 5 minutes for chunk_gla's first shape). So
 the run is split in two, all under one TRITON_CACHE_DIR:
 
-  1. `warm-all` starts one background worker per (fla op, shape group) -- a group is the shapes
-     that share fla's autotune key (H, K, V) -- that only *compiles*: the autotuner's benchmark
+  1. `warm-all` starts background workers per (fla op, shape group) -- a group is the shapes
+     that share fla's autotune key (H, K, V) -- that only *compile*: the autotuner's benchmark
      is replaced by a single launch, and FLA_CACHE_RESULTS=0 keeps those dummy timings out of the
-     cache. The workers run side by side (16 CPU cores) while our kernels build.
+     cache. The workers run side by side while our kernels build. A worker compiles one config
+     after another, so where the cores outnumber the (op, group) pairs each pair gets several
+     workers (shards), shard s compiling the s-th of every n configs the autotuner tries (on the
+     H200 host, FLA_OPS=chunk_gla: five per group, all done in 180-230 s).
   2. `run` times ours, then SDPA at every shape, then each (op, group) whose worker has finished:
      the workers still compiling are paused (SIGSTOP) while anything is timed, so the GPU and
      CPU are quiet; fla then autotunes for real (every config timed with do_bench, warmup 5 ms,
@@ -50,12 +53,12 @@ BANDWIDTH = 4.3e12
 TENSOR_RATE = 790e12
 SHAPES = [(4, 2048, 16, 128), (8, 2048, 16, 128), (2, 16384, 16, 128), (1, 8192, 96, 128),
           (8, 4096, 8, 256)]
-# Shapes that share fla's autotune key (H, K, V): one warm-up worker each.
+# Shapes that share fla's autotune key (H, K, V): compiled by the same warm-up workers.
 GROUPS = [[0, 1, 2], [3], [4]]
 OPS = ["chunk_simple_gla", "chunk_gla", "chunk_delta_rule", "chunk_gated_delta_rule"]
-# FLA_OPS (comma-separated) narrows fla's side -- its warm-up workers and timing -- to those ops;
-# ours and SDPA are timed as always. For chunk_gla, whose compiles have not finished inside the
-# device call beside the other ops' (12 workers on 16 cores): FLA_OPS=chunk_gla.
+# FLA_OPS (comma-separated) narrows the run to those ops, ours and fla's (its warm-up workers
+# and timing; SDPA is timed as always). With fewer ops each (op, shape group) gets more compile
+# workers: FLA_OPS=chunk_gla gives chunk_gla's compiles, the slowest, the whole machine.
 FLA_OPS = [op for op in os.environ.get("FLA_OPS", ",".join(OPS)).split(",") if op]
 
 torch = None  # imported where needed, so that `table` also works where torch is absent
@@ -73,16 +76,26 @@ def import_torch():
     torch, F = torch_module, functional
 
 
-def patch_autotuner(compile_only):
-    """Replaces the benchmark of Triton's autotuner: one launch (compile only), or a short bench."""
+def patch_autotuner(compile_only, shard=0, shards=1):
+    """Replaces the benchmark of Triton's autotuner: one launch (compile only; this shard's configs
+    of `shards`), or a short bench."""
     import triton
     import triton.runtime.autotuner as autotuner
     import triton.testing
 
     if compile_only:
+        calls = [0]
+
         def bench(kernel_call, quantiles=None, **_):
-            kernel_call()
-            return [1.0, 1.0, 1.0] if quantiles else 1.0
+            # The autotuner tries configs in the same order in every shard: this shard compiles
+            # (launches) every shards-th, and the others lose the dummy race (inf), so the config
+            # it goes on with is one it compiled.
+            mine = calls[0] % shards == shard
+            calls[0] += 1
+            if mine:
+                kernel_call()
+            t = 1.0 if mine else float("inf")
+            return [t, t, t] if quantiles else t
     else:
         def bench(kernel_call, quantiles=None, **_):
             return triton.testing.do_bench(kernel_call, warmup=5, rep=20, quantiles=quantiles)
@@ -147,12 +160,12 @@ def warm_one(args):
     """Compiles fla's op for the shapes of one group (no real autotuning, nothing timed)."""
     os.environ["FLA_CACHE_RESULTS"] = "0"  # before fla is imported: keep dummy timings out
     start = time.time()
-    state = os.path.join(args.state_dir, f"{args.op}.{args.group}")
+    state = os.path.join(args.state_dir, f"{args.op}.{args.group}.{args.shard}")
     with open(state + ".pid", "w") as f:
         f.write(str(os.getpid()))
     try:
         import_torch()
-        patch_autotuner(compile_only=True)
+        patch_autotuner(compile_only=True, shard=args.shard, shards=args.shards)
         fla_ops = load_fla()
         for i in GROUPS[args.group]:
             leaves, call = make_case(fla_ops, args.op, *SHAPES[i])
@@ -176,15 +189,22 @@ def warm_all(args):
     unknown = sorted(set(FLA_OPS) - set(OPS))
     if unknown:
         sys.exit(f"FLA_OPS: unknown ops {unknown}; the ops are {OPS}")
+    pairs = len(FLA_OPS) * len(GROUPS)
+    shards = max(1, (os.cpu_count() or 1) // pairs)
+    with open(os.path.join(args.state_dir, "shards"), "w") as f:
+        f.write(str(shards))
     for op in FLA_OPS:
         for g in range(len(GROUPS)):
-            log = open(os.path.join(args.state_dir, f"{op}.{g}.log"), "w")
-            # Lower priority than the kernel build and the timed runs; own session, so that
-            # pausing and ending them touches nothing else.
-            subprocess.Popen(["nice", "-n", "10", sys.executable, os.path.abspath(__file__),
-                              "warm", "--op", op, "--group", str(g),
-                              "--state-dir", args.state_dir],
-                             stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True)
+            for shard in range(shards):
+                log = open(os.path.join(args.state_dir, f"{op}.{g}.{shard}.log"), "w")
+                # Lower priority than the kernel build and the timed runs; own session, so that
+                # pausing and ending them touches nothing else.
+                subprocess.Popen(["nice", "-n", "10", sys.executable, os.path.abspath(__file__),
+                                  "warm", "--op", op, "--group", str(g), "--shard", str(shard),
+                                  "--shards", str(shards), "--state-dir", args.state_dir],
+                                 stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+    print(f"{pairs} (op, shape group) pairs, {shards} compile worker(s) each")
     return 0
 
 
@@ -195,7 +215,19 @@ class Workers:
         self.state_dir = state_dir
 
     def status(self, op, g):
-        base = os.path.join(self.state_dir, f"{op}.{g}")
+        """done when every shard is; failed when one failed; else running."""
+        try:
+            shards = int(open(os.path.join(self.state_dir, "shards")).read())
+        except (OSError, ValueError):
+            return "failed: no warm-up workers were started (warm-all)"
+        states = [self._shard_status(os.path.join(self.state_dir, f"{op}.{g}.{s}"))
+                  for s in range(shards)]
+        failed = [x for x in states if x.startswith("failed")]
+        if failed:
+            return failed[0]
+        return "done" if all(x == "done" for x in states) else "running"
+
+    def _shard_status(self, base):
         if os.path.exists(base + ".done"):
             return "done"
         if os.path.exists(base + ".failed"):
@@ -271,7 +303,8 @@ def median_ms(fn, warm=5, reps=20):
 
 def ours(binary, timeout_s):
     try:
-        out = subprocess.run([binary], capture_output=True, text=True, timeout=timeout_s)
+        out = subprocess.run([binary, ",".join(FLA_OPS)], capture_output=True, text=True,
+                             timeout=timeout_s)
         stdout, rc, stderr = out.stdout, out.returncode, out.stderr
     except subprocess.TimeoutExpired as ex:  # keep the cases it finished
         stdout, rc, stderr = ex.stdout or "", "timeout", f"over {timeout_s:.0f} s"
@@ -438,6 +471,8 @@ def main():
     p = sub.add_parser("warm")
     p.add_argument("--op", required=True, choices=OPS)
     p.add_argument("--group", type=int, required=True)
+    p.add_argument("--shard", type=int, default=0)
+    p.add_argument("--shards", type=int, default=1)
     p.add_argument("--state-dir", required=True)
     p = sub.add_parser("run")
     p.add_argument("--binary", required=True, help="chunk_attention_benchmark")

@@ -3,14 +3,14 @@
 #   1. starts fla's compile warm-up workers (kernels_vs_fla.py warm-all), which run beside 2-3;
 #   2. builds kernels/ standalone and the chunk tests and benchmark;
 #   3. runs the GLA and delta-rule GPU tests (outputs and gradients vs the fp32 recurrence), and
-#      compute-sanitizer memcheck and racecheck on the delta-rule kernels (SANITIZE=0 skips);
+#      compute-sanitizer memcheck and racecheck on the four chunk ops (SANITIZE=0 skips);
 #   4. times ours, SDPA and fla side by side (kernels_vs_fla.py run) and prints the table.
 # Run from a folder holding kernels/ and tests/ (the repository root, or a copy of those); logs
 # go to $OUT. SRC_DIRS lists such folders to try in turn: the first that builds is measured.
 # fla comes from the wheels in .whl/. BUDGET (seconds, whole script) bounds fla's part: what fla
 # has not finished is printed as not measured. TRITON_CACHE_DIR holds every compile of the run.
-# FLA_OPS (e.g. chunk_gla) narrows fla's side to those ops, with fewer compile workers competing
-# for the cores; ours and SDPA are timed as always.
+# FLA_OPS (e.g. chunk_gla) narrows the run to those ops (ours and fla's), and gives their compiles
+# more workers each; SDPA is timed as always.
 set -uo pipefail
 start=$(date +%s)
 OUT=${OUT:-out}
@@ -63,20 +63,28 @@ for t in $tests; do
 done
 echo "$(elapsed) tests done (status $status)"
 
-# compute-sanitizer on the delta-rule kernels (memcheck over every gated case, racecheck over a
-# fixed-length, a varlen and the 72-head case); the GPU is free while fla's warm-up workers compile.
+# compute-sanitizer, side by side (the GPU is free while fla's warm-up workers compile): memcheck
+# over every chunk_gla, chunk_simple_gla and chunk_gated_delta_rule case; racecheck over two
+# chunk_gla cases and three chunk_delta_rule cases (fixed-length, varlen, 72 heads). The logs go
+# with the warm-up logs (warm_logs.tgz), the summary to $OUT/sanitizers.txt.
 if [ "${SANITIZE:-1}" = 1 ]; then
   san() {
     local tool=$1 test=$2 filter=$3
     timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BUILD/tests/kernels/$test" \
-      --gtest_filter="$filter" > "$OUT/$tool.log" 2>&1
+      --gtest_filter="$filter" > "$STATE/$tool.$test.log" 2>&1
     local rc=$?
     echo "compute-sanitizer $tool $test ($filter): rc=$rc;" \
-      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT/$tool.log" | tail -1)"
-    [ $rc = 0 ] || status=1
+      "$(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$STATE/$tool.$test.log" | tail -1)"
   }
-  san memcheck chunk_gated_delta_rule_test '*'
-  san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*:*H72*'
+  {
+    san memcheck chunk_gla_test '*' &
+    san memcheck chunk_simple_gla_test '*' &
+    san memcheck chunk_gated_delta_rule_test '*' &
+    san racecheck chunk_gla_test '*T130*:*T263*' &
+    san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*:*H72*' &
+    wait
+  } | tee "$OUT/sanitizers.txt"
+  [ "$(grep -c 'rc=0;' "$OUT/sanitizers.txt")" = 5 ] || status=1
   echo "$(elapsed) sanitizers done (status $status)"
 fi
 
