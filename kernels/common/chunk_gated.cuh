@@ -196,7 +196,7 @@ cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, cudaStr
                        : LaunchStatePass<kGate, 1>(without_final, passes, w, stream);
   } else {
     cudaError_t err = LaunchKernel<bf16*, bf16*, float*>(
-        ChunkUpdateKernel<kBackward>, dim3(p.total_chunks, p.heads, p.k_dim / kBK),
+        ChunkUpdateKernel<kBackward>, ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK),
         UpdateSmemBytes(kBackward, p.v_dim), stream, p, w.states, w.d_states, w.decays);
     if (err != cudaSuccess) return err;
     const dim3 scan_grid(ScanBlocks(p), p.heads, p.num_seqs);
@@ -214,7 +214,7 @@ cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, cudaStr
 template <Gate kGate, bool kGradV>
 cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf16* states,
                          cudaStream_t stream) {
-  const dim3 slices(p.total_chunks, p.heads, p.v_dim / kBK);
+  const dim3 slices = ChunkSliceGrid(p.total_chunks, p.heads, p.v_dim / kBK);
   if constexpr (kGate == Gate::kHead) {
     return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>, slices,
                                      HeadOutputSmemBytes(p.k_dim), stream, p, states);
@@ -259,7 +259,7 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
       return err;
     }
     const bool gate_grad = p.dg != nullptr && p.g != nullptr;
-    const dim3 grid(p.total_chunks, p.heads, p.k_dim / kBK);
+    const dim3 grid = ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK);
     const size_t smem = HeadGradQKSmemBytes(p.v_dim);
     cudaError_t err =
         gate_grad ? LaunchKernel<const bf16*, const bf16*, float*>(
@@ -274,7 +274,7 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
   } else {
     // dq, dk, dg first: the kernel also leaves the decayed keys that dv takes.
     cudaError_t err = LaunchKernel<const bf16*, const bf16*, bf16*>(
-        ChannelGradQKKernel<kGate>, dim3(p.total_chunks, p.heads, p.k_dim / kBK),
+        ChannelGradQKKernel<kGate>, ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK),
         sizeof(ChannelGradSmem), stream, p, w.states, w.d_states, w.decayed);
     if (err != cudaSuccess) return err;
     return LaunchOutput<kGate, true>(p, w, w.d_states, stream);

@@ -7,8 +7,8 @@
 //   ChannelScoresKernel  grid (chunks, H), forward: P = scale tril(A) (bf16) into intra_scores,
 //                        which the caller keeps for the backward, and the decayed operand
 //                        X = q scale 2^G into the workspace
-//   ChannelOutputKernel  grid (chunks, H, V/64): o = X h_c + P V, or dv = X dh_c + P^T dO
-//   ChannelGradQKKernel  grid (chunks, H, K/64): dq, dk and dg of one K slice (the channel
+//   ChannelOutputKernel  grid (chunks x V/64, H): o = X h_c + P V, or dv = X dh_c + P^T dO
+//   ChannelGradQKKernel  grid (chunks x K/64, H): dq, dk and dg of one K slice (the channel
 //                        gate's dg is per key channel, so the slices are independent), and the
 //                        slice of the backward's X = k 2^(G_last - G)
 // Why the scores have their own kernel: they are the costly part (sub-chunk operands, the
@@ -158,14 +158,16 @@ __device__ inline void StoreDecayedSlice(bf16* decayed, const ChunkGatedParams& 
       const int col = c0 + e;
       const float g = G[r * kLdF32 + col];
       const float x = ToFloat(t[r * kLdBf16 + col]);
-      return kGradV ? x * exp2f(G[(kBT - 1) * kLdF32 + col] - g) : x * p.scale * exp2f(g);
+      return kGradV ? x * Exp2(G[(kBT - 1) * kLdF32 + col] - g) : x * p.scale * Exp2(g);
     });
   });
 }
 
 // One (chunk, head) per block: the scores summed over the K slices (synchronous loads; the
-// slice's decayed queries written as it goes), then P. (A template only so that the header
-// defines it in each launcher's translation unit without a clash.)
+// slice's decayed queries written as it goes), then P. (The slice's q, k and gate loads in flight
+// together, by cp.async, measured 5% slower: 980 against 936 us at (1,8192,96,128) on the H200.)
+// (A template only so that the header defines it in each launcher's translation unit without a
+// clash.)
 template <Gate kGate>
 __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams p, bf16* scores,
                                                                 bf16* decayed) {
@@ -220,8 +222,9 @@ __global__ void __launch_bounds__(kThreads) ChannelOutputKernel(ChunkGatedParams
   bf16* st = x + slices * kTileElems;
   bf16* rhs = st + slices * kTileElems;
   bf16* P = rhs + kTileElems;
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y, v0 = blockIdx.z * kBK;
+  const int vs = p.v_dim / kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(vs));
+  const int h = blockIdx.y, v0 = BlockSlice(vs) * kBK;
   for (int kk = 0; kk < slices; ++kk) {
     AsyncBlock(x + kk * kTileElems, decayed + DecayedOffset(p, c.global, h, 0) + kk * kBK,
                p.k_dim);
@@ -271,28 +274,38 @@ __device__ inline void BuildSubChunkOperands(bf16* ksub, bf16* qsub, const bf16*
 // factors that can overflow there): for i, j in one sub-chunk, j <= i, and each key channel,
 //   dq_i += dA_ij k_j 2^(G_i - G_j),   dk_j += dA_ij q_i 2^(G_i - G_j),
 // into fp32 tiles diag_q and diag_k. Thread t takes sub-chunk t / 64 and channel t % 64 with its
-// 16 rows of G, k and dk in registers, so each decay is computed once for both sums, every lane
-// does the same 136 (i, j) pairs, and dA_ij is one broadcast load per warp. (Each thread took a
-// 16-row tile's elements before: loops of 1 to 16 steps by row, half the lanes idle on average,
-// and two exponentials per pair. With the row-pair operand builders, ChannelGradQKKernel went
-// from 2877 to 1810 us at (1,8192,96,128) on the H200.)
+// 16 rows of k and dk in registers, so each decay serves both sums, every lane does the same 136
+// (i, j) pairs, and dA_ij is one broadcast load per warp. (Each thread took a 16-row tile's
+// elements before: loops of 1 to 16 steps by row, half the lanes idle on average, and two
+// exponentials per pair. With the row-pair operand builders, ChannelGradQKKernel went from 2877
+// to 1810 us at (1,8192,96,128) on the H200.)
+// The decays 2^(G_i - G_j) of row i are row i - 1's times the step 2^(G_i - G_{i-1}) (<= 1, so
+// they can only shrink towards zero): one exponential per row instead of one per pair, which
+// took 34816 of the block's ~68000 (quarter-rate) exponentials.
 __device__ inline void DiagonalGrads(float* diag_q, float* diag_k, const float* dA, const bf16* q,
                                      const bf16* k, const float* G) {
   const int n = threadIdx.x / 64 * 16, col = threadIdx.x % 64;
-  float g[16], kj[16], dk[16];
+  float kj[16], dk[16], decay[16];  // decay[j] = 2^(G_i - G_j) for the row i in hand
 #pragma unroll
   for (int a = 0; a < 16; ++a) {
-    g[a] = G[(n + a) * kLdF32 + col];
     kj[a] = ToFloat(k[(n + a) * kLdBf16 + col]);
     dk[a] = 0.0f;
   }
+  float g_prev = G[n * kLdF32 + col];
 #pragma unroll
   for (int i = 0; i < 16; ++i) {
+    if (i > 0) {
+      const float g = G[(n + i) * kLdF32 + col], step = Exp2(g - g_prev);
+      g_prev = g;
+#pragma unroll
+      for (int j = 0; j < i; ++j) decay[j] *= step;
+    }
+    decay[i] = 1.0f;
     const float qi = ToFloat(q[(n + i) * kLdBf16 + col]);
     float dq = 0.0f;
 #pragma unroll
     for (int j = 0; j <= i; ++j) {
-      const float d = dA[(n + i) * kLdF32 + n + j] * Exp2(g[i] - g[j]);
+      const float d = dA[(n + i) * kLdF32 + n + j] * decay[j];
       dq += d * kj[j];
       dk[j] += d * qi;
     }
@@ -302,22 +315,32 @@ __device__ inline void DiagonalGrads(float* diag_q, float* diag_k, const float* 
   for (int a = 0; a < 16; ++a) diag_k[(n + a) * kLdF32 + col] = dk[a];
 }
 
+// The V slices stream through two stages (d_o, v, h_c and dh_c: four bf16 tiles each), which
+// later steps reuse: stage 0 takes the sub-chunk operands (192 bf16 rows), then the diagonal
+// blocks' sums (two fp32 tiles), whose places the dg terms and k dk_inter take; stage 1 takes
+// dA = scale tril(dO V^T) in fp32 (the diagonal blocks) and in bf16 (the off-diagonal products).
+// (One stage before: each V slice's copies waited for the previous slice's products.)
+constexpr size_t kGradStageBytes = 4 * kTileElems * sizeof(bf16);  // 36864 B
 struct ChannelGradSmem {
-  alignas(128) float G[kBT * kLdF32];    // 17408 B: gate cumsum of this K slice
-  alignas(128) float dA[kBT * kLdF32];   // 17408 B: scale tril(dO V^T), fp32 (diagonal blocks)
-  alignas(128) bf16 dAb[kBT * kLdBf16];  // 9216 B: the same in bf16 (off-diagonal products)
-  alignas(128) bf16 q[kBT * kLdBf16];    // 9216 B
-  alignas(128) bf16 k[kBT * kLdBf16];    // 9216 B
-  // One V slice of d_o, v, h_c, dh_c (four bf16 tiles); then the sub-chunk operands (192 bf16
-  // rows); then the diagonal blocks' sums (two fp32 tiles), whose places the dg terms and
-  // k dk_inter take.
-  alignas(128) unsigned char work[4 * kTileElems * sizeof(bf16)];  // 36864 B
-  float R[kBK];            // rowsum(dh_c * h_c) per key channel of the slice
-  float prefix_half[kBK];  // sum of k dk_inter over rows 0..31
-  float suffix_half[kBK];  // sum of dg terms over rows 32..63
-};  // 100 KB: two blocks per SM
-static_assert(2 * kBT * kLdF32 * sizeof(float) <= sizeof(ChannelGradSmem::work), "dg tiles fit");
-static_assert(192 * kLdBf16 * sizeof(bf16) <= sizeof(ChannelGradSmem::work), "sub-chunk rows fit");
+  alignas(128) float G[kBT * kLdF32];  // 17408 B: gate cumsum of this K slice
+  alignas(128) bf16 q[kBT * kLdBf16];  // 9216 B
+  alignas(128) bf16 k[kBT * kLdBf16];  // 9216 B
+  alignas(128) unsigned char stage[2][kGradStageBytes];
+  float R[kBK];                 // rowsum(dh_c * h_c) per key channel of the slice
+  float quarter_kdk[4][kBK];    // sums of k dk_inter over rows 16 q .. 16 q + 15
+  float quarter_terms[4][kBK];  // sums of the dg terms over the same rows
+
+  __device__ bf16* Tiles(int j) { return reinterpret_cast<bf16*>(stage[j % 2]); }
+  __device__ float* dA() { return reinterpret_cast<float*>(stage[1]); }
+  __device__ bf16* dAb() {
+    return reinterpret_cast<bf16*>(stage[1] + kBT * kLdF32 * sizeof(float));
+  }
+};  // 109 KB: two blocks per SM
+static_assert(2 * kBT * kLdF32 * sizeof(float) <= kGradStageBytes, "dg tiles fit");
+static_assert(192 * kLdBf16 * sizeof(bf16) <= kGradStageBytes, "sub-chunk rows fit");
+static_assert(kBT * (kLdF32 * sizeof(float) + kLdBf16 * sizeof(bf16)) <= kGradStageBytes,
+              "dA fits");
+static_assert(2 * (sizeof(ChannelGradSmem) + 1024) <= 228 * 1024, "two blocks per SM");
 
 template <Gate kGate>
 __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedParams p,
@@ -327,25 +350,32 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
   static_assert(kGate == Gate::kChannel, "the head gate's is HeadGradQKKernel");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   ChannelGradSmem& s = *reinterpret_cast<ChannelGradSmem*>(smem_raw);
-  bf16* tiles = reinterpret_cast<bf16*>(s.work);
-  bf16* xo = tiles;                   // d_o, the current V slice
-  bf16* xv = xo + kTileElems;         // v
-  bf16* hs = xv + kTileElems;         // h_c rows of this K slice
-  bf16* dhs = hs + kTileElems;        // dh_c
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y, k0 = blockIdx.z * kBK, vs = p.v_dim / kBK;
-  auto issue_v_slice = [&](int j) {
-    AsyncRows(xo, p.d_o, p.v_strides, c, h, j * kBK);
-    AsyncRows(xv, p.v, p.v_strides, c, h, j * kBK);
-    AsyncStateTile(hs, states, p, c.global, h, k0, j * kBK);
-    AsyncStateTile(dhs, d_states, p, c.global, h, k0, j * kBK);
-    __pipeline_commit();
+  // V slice j's tiles in stage j % 2: d_o, v, and the h_c and dh_c rows of this K slice.
+  const auto xo = [&](int j) { return s.Tiles(j); };
+  const auto xv = [&](int j) { return s.Tiles(j) + kTileElems; };
+  const auto hs = [&](int j) { return s.Tiles(j) + 2 * kTileElems; };
+  const auto dhs = [&](int j) { return s.Tiles(j) + 3 * kTileElems; };
+  const int ks = p.k_dim / kBK, vs = p.v_dim / kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(ks));
+  const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
+  const auto issue = [&](int j) {
+    AsyncRows(xo(j), p.d_o, p.v_strides, c, h, j * kBK);
+    AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
+    AsyncStateTile(hs(j), states, p, c.global, h, k0, j * kBK);
+    AsyncStateTile(dhs(j), d_states, p, c.global, h, k0, j * kBK);
   };
+  // The gate's loads first: the copies' address arithmetic then overlaps them (issued last, the
+  // block waited on them by themselves).
+  GateRegs<kGate> gate;
+  FetchGate<kGate>(gate, p, c, h, k0);
   AsyncRows(s.q, p.q, p.qk_strides, c, h, k0);
   AsyncRows(s.k, p.k, p.qk_strides, c, h, k0);
-  issue_v_slice(0);
+  issue(0);
+  __pipeline_commit();
+  if (vs > 1) issue(1);
+  __pipeline_commit();
   if (threadIdx.x < kBK) s.R[threadIdx.x] = 0.0f;
-  LoadChannelGate(s.G, p, c, h, k0);  // overlaps the copies; synchronises
+  CommitGate<kGate>(s.G, gate);  // synchronises
 
   // Over the V slices: dA = dO V^T, dq_inter = dO h_c^T, dk_inter = V dh_c^T (B(vv, x) = t[x][vv],
   // the column-major view of each tile), and R from the same state tiles (4 threads per row).
@@ -353,38 +383,36 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
   dA.Zero();
   dq.Zero();
   dk.Zero();
-  for (int j = 0; j < vs; ++j) {
-    if (j > 0) {
-      __syncthreads();  // every warp is done with the previous slice's tiles
-      issue_v_slice(j);
-    }
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    tile::MmaBf16Acc64<true, false>(dA, kBK, xo, kLdBf16, xv, kLdBf16);
-    tile::MmaBf16Acc64<true, false>(dq, kBK, xo, kLdBf16, hs, kLdBf16);
-    tile::MmaBf16Acc64<true, false>(dk, kBK, xv, kLdBf16, dhs, kLdBf16);
+  StreamSlices(vs, issue, [&](int j) {
+    tile::MmaBf16Acc64<true, false>(dA, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(j), kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(j), kLdBf16);
     const int r = threadIdx.x / 4, part = threadIdx.x % 4;
     float acc = 0.0f;
 #pragma unroll
-    for (int col = part * 16; col < part * 16 + 16; ++col) {
-      acc += ToFloat(dhs[r * kLdBf16 + col]) * ToFloat(hs[r * kLdBf16 + col]);
+    for (int c0 = part * 16; c0 < part * 16 + 16; c0 += 8) {
+      float x[8], y[8];
+      LoadEight(hs(j), r, c0, x);
+      LoadEight(dhs(j), r, c0, y);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) acc += x[e] * y[e];
     }
     acc += __shfl_xor_sync(0xffffffffu, acc, 1);
     acc += __shfl_xor_sync(0xffffffffu, acc, 2);
     if (part == 0) s.R[r] += acc;
-  }
+  });
+  __syncthreads();  // every warp is done with the stages: dA and the sub-chunk operands take them
   const float scale = p.scale;
   auto g = [&](int r, int col) { return s.G[r * kLdF32 + col]; };
   dA.Transform([&](int r, int col, float x) { return col <= r ? x * scale : 0.0f; });
-  dA.Store(s.dA, kLdF32);
-  dA.StoreBf16(s.dAb, kLdBf16);
-  dq.Transform([&](int r, int col, float x) { return x * scale * exp2f(g(r, col)); });
-  dk.Transform([&](int r, int col, float x) { return x * exp2f(g(kBT - 1, col) - g(r, col)); });
+  dA.Store(s.dA(), kLdF32);
+  dA.StoreBf16(s.dAb(), kLdBf16);
+  dq.Transform([&](int r, int col, float x) { return x * scale * Exp2(g(r, col)); });
+  dk.Transform([&](int r, int col, float x) { return x * Exp2(g(kBT - 1, col) - g(r, col)); });
   const tile::Acc64 dk_inter = dk;
   StoreDecayedSlice<true>(decayed, p, c, h, k0, s.k, s.G);  // dv's operand (ChannelOutputKernel)
-  __syncthreads();  // every warp is done with the V slice tiles: the sub-chunk operands take them
-  bf16* ksub = tiles;
-  bf16* qsub = tiles + 96 * kLdBf16;
+  bf16* ksub = s.Tiles(0);
+  bf16* qsub = ksub + 96 * kLdBf16;
   BuildSubChunkOperands(ksub, qsub, s.q, s.k, s.G);
   __syncthreads();  // dA, dAb and the operands are in
 
@@ -400,11 +428,11 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
     off_q.Zero();
     off_k.Zero();
     if (sb >= 1) {
-      tile::MmaBf16Warp16<true, true>(off_q, n, s.dAb + n * kLdBf16, kLdBf16,
+      tile::MmaBf16Warp16<true, true>(off_q, n, s.dAb() + n * kLdBf16, kLdBf16,
                                       ksub + SubBlockOffset(sb) * kLdBf16 + col0, kLdBf16);
     }
     if (sb <= 2) {  // A(j, i) = dA[i][j]: the column-major view
-      tile::MmaBf16Warp16<false, true>(off_k, kBT - last - 1, s.dAb + (last + 1) * kLdBf16 + n,
+      tile::MmaBf16Warp16<false, true>(off_k, kBT - last - 1, s.dAb() + (last + 1) * kLdBf16 + n,
                                        kLdBf16, qsub + QsubOffset(sb) * kLdBf16 + col0, kLdBf16);
     }
 #pragma unroll
@@ -413,20 +441,20 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
       const float2 gr = LoadPair(s.G, r, col);
       if (sb >= 1) {
         const float2 gn = LoadPair(s.G, n, col);
-        dq.part[i].x[e] += exp2f(gr.x - gn.x) * off_q.x[e];
-        dq.part[i].x[e + 1] += exp2f(gr.y - gn.y) * off_q.x[e + 1];
+        dq.part[i].x[e] += Exp2(gr.x - gn.x) * off_q.x[e];
+        dq.part[i].x[e + 1] += Exp2(gr.y - gn.y) * off_q.x[e + 1];
       }
       if (sb <= 2) {
         const float2 gl = LoadPair(s.G, last, col);
-        dk.part[i].x[e] += exp2f(gl.x - gr.x) * off_k.x[e];
-        dk.part[i].x[e + 1] += exp2f(gl.y - gr.y) * off_k.x[e + 1];
+        dk.part[i].x[e] += Exp2(gl.x - gr.x) * off_k.x[e];
+        dk.part[i].x[e + 1] += Exp2(gl.y - gr.y) * off_k.x[e + 1];
       }
     }
   }
   __syncthreads();  // the sub-chunk operands are read: the diagonal blocks' sums take their place
-  float* diag_q = reinterpret_cast<float*>(s.work);
+  float* diag_q = reinterpret_cast<float*>(s.stage[0]);
   float* diag_k = diag_q + kBT * kLdF32;
-  DiagonalGrads(diag_q, diag_k, s.dA, s.q, s.k, s.G);
+  DiagonalGrads(diag_q, diag_k, s.dA(), s.q, s.k, s.G);
   __syncthreads();
 
   // The diagonal sums join dq and dk; then the dg terms per element: q dq - k dk + k dk_inter
@@ -451,34 +479,43 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
   StoreAccRows(dq, s.q, p.dq, p.qk_strides, c, h, k0);
   StoreAccRows(dk, s.k, p.dk, p.qk_strides, c, h, k0);
 
-  // Per column: exclusive prefix of k dk_inter, inclusive suffix of the terms; two threads per
-  // column, 32 rows each, joined through prefix_half / suffix_half.
-  const int col = threadIdx.x % kBK, half = threadIdx.x / kBK;
-  if (half < 2) {
-    float pre = 0.0f, suf = 0.0f;
-    for (int i = half * 32; i < half * 32 + 32; ++i) {
-      const float kd = kdk[i * kLdF32 + col];
-      kdk[i * kLdF32 + col] = pre;
-      pre += kd;
-    }
-    for (int i = half * 32 + 31; i >= half * 32; --i) {
-      suf += terms[i * kLdF32 + col];
-      terms[i * kLdF32 + col] = suf;
-    }
-    if (half == 0) {
-      s.prefix_half[col] = pre;
-    } else {
-      s.suffix_half[col] = suf;
-    }
+  // Per column: the exclusive prefix of k dk_inter and the inclusive suffix of the terms. Four
+  // threads per column, 16 rows each in registers; the quarters' sums join through shared
+  // memory. (Two threads per column walking 32 rows in shared memory left half the block idle
+  // behind a chain of dependent loads.)
+  const int col = threadIdx.x % kBK, quarter = threadIdx.x / kBK, r0 = 16 * quarter;
+  float prefix[16], suffix[16];
+#pragma unroll
+  for (int a = 0; a < 16; ++a) {
+    prefix[a] = kdk[(r0 + a) * kLdF32 + col];
+    suffix[a] = terms[(r0 + a) * kLdF32 + col];
   }
+  float kdk_sum = 0.0f, term_sum = 0.0f;
+#pragma unroll
+  for (int a = 0; a < 16; ++a) {
+    const float x = prefix[a];
+    prefix[a] = kdk_sum;
+    kdk_sum += x;
+  }
+#pragma unroll
+  for (int a = 15; a >= 0; --a) {
+    term_sum += suffix[a];
+    suffix[a] = term_sum;
+  }
+  s.quarter_kdk[quarter][col] = kdk_sum;
+  s.quarter_terms[quarter][col] = term_sum;
   __syncthreads();
-  if (half < 2 && p.dg != nullptr) {
-    const float base = s.R[col] * exp2f(g(kBT - 1, col)) +
-                       (half == 1 ? s.prefix_half[col] : s.suffix_half[col]);
-    for (int i = half * 32; i < min(half * 32 + 32, c.rows); ++i) {
-      RowPtr(p.dg, p.g_strides, c.batch, c.t0 + i, h)[k0 + col] =
-          base + kdk[i * kLdF32 + col] + terms[i * kLdF32 + col];
-    }
+  if (p.dg == nullptr) return;
+  float base = s.R[col] * exp2f(g(kBT - 1, col));
+#pragma unroll
+  for (int other = 0; other < 4; ++other) {
+    if (other < quarter) base += s.quarter_kdk[other][col];
+    if (other > quarter) base += s.quarter_terms[other][col];
+  }
+  float* dg = RowPtr(p.dg, p.g_strides, c.batch, c.t0 + r0, h) + k0 + col;
+#pragma unroll
+  for (int a = 0; a < 16; ++a) {
+    if (r0 + a < c.rows) dg[a * p.g_strides.token] = base + prefix[a] + suffix[a];
   }
 }
 

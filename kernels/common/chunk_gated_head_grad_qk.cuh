@@ -104,8 +104,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto xv = [&](int j) { return xo(j) + kTileElems; };
   const auto hs = [&](int j) { return xo(j) + 2 * kTileElems; };
   const auto dhs = [&](int j) { return xo(j) + 3 * kTileElems; };
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y, k0 = blockIdx.z * kBK;
+  const int ks = p.k_dim / kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(ks));
+  const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
   const auto issue = [&](int j) {
     AsyncRows(xo(j), p.d_o, p.v_strides, c, h, j * kBK);
     AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
@@ -113,6 +114,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     AsyncStateTile(dhs(j), d_states, p, c.global, h, k0, j * kBK);
   };
 
+  GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
+  FetchGate<Gate::kHead>(gate, p, c, h, 0);
   AsyncRows(xq, p.q, p.qk_strides, c, h, k0);
   AsyncRows(xk, p.k, p.qk_strides, c, h, k0);
   issue(0);
@@ -121,7 +124,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   __pipeline_commit();
   if (threadIdx.x < kBT) kdk_row[threadIdx.x] = term_row[threadIdx.x] = 0.0f;
   if (threadIdx.x == 0) *state_sum = 0.0f;
-  LoadHeadGate(G, p, c, h);  // synchronises
+  CommitGate<Gate::kHead>(G, gate);  // synchronises
 
   // Over the V slices: dO V^T (B(vv, j) = v[j][vv], the column-major view of v), dO h_c^T and
   // V dh_c^T (B(vv, kk) = h_c[kk][vv]), and <h_c, dh_c> for dg.
@@ -172,7 +175,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   StoreAccRows(dq, xo(0), p.dq, p.qk_strides, c, h, k0);
   StoreAccRows(dk, xv(0), p.dk, p.qk_strides, c, h, k0);
   if constexpr (kGateGrad) {
-    const int64_t slice = (int64_t{c.global} * p.heads + h) * gridDim.z + blockIdx.z;
+    const int64_t slice = (int64_t{c.global} * p.heads + h) * ks + BlockSlice(ks);
     float* part = parts + slice * kPartStride;
     if (threadIdx.x < kBT) {
       part[kPartKdk + threadIdx.x] = kdk_row[threadIdx.x];

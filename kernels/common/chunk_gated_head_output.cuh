@@ -56,8 +56,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   const auto st = [&](int kk) { return x(kk) + 2 * kTileElems; };
   bf16* rhs = tiles + stages * kOutputStageTiles * kTileElems;  // v or d_o
   bf16* scores = rhs + kTileElems;  // P (forward) or P' (backward), bf16
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y, v0 = blockIdx.z * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.v_dim / kBK));
+  const int h = blockIdx.y, v0 = BlockSlice(p.v_dim / kBK) * kBK;
   const bf16* x_src = kGradV ? p.k : p.q;
   const bf16* y_src = kGradV ? p.q : p.k;
   const auto issue = [&](int kk) {
@@ -66,12 +66,14 @@ __global__ void __launch_bounds__(kThreads, 3)
     AsyncStateTile(st(kk), states, p, c.global, h, kk * kBK, v0);
   };
 
+  GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
+  FetchGate<Gate::kHead>(gate, p, c, h, 0);
   issue(0);
   AsyncRows(rhs, kGradV ? p.d_o : p.v, p.v_strides, c, h, v0);
   __pipeline_commit();
   if (slices > 1) issue(1);
   __pipeline_commit();
-  LoadHeadGate(G, p, c, h);  // overlaps the copies; synchronises
+  CommitGate<Gate::kHead>(G, gate);  // synchronises
 
   // Scores S = X Y^T and the inter-chunk part X S_c, over the K slices.
   tile::Acc64 score, acc;

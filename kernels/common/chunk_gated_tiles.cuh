@@ -55,6 +55,17 @@ __device__ inline Chunk LocateChunk(const ChunkGatedParams& p, int global) {
   return MakeChunk(n, s, global - s.first_chunk);
 }
 
+// Kernels with one block per (chunk, head, 64-wide K or V slice) put a chunk's slices next to each
+// other in blockIdx.x (grid: ChunkSliceGrid), so that the tiles every slice of the chunk reads
+// (dO and V for a K slice, q and k or the scores for a V slice) come from L2 for all but the
+// first of its blocks. (With the slice in blockIdx.z, a chunk's slices ran a whole layer of the
+// grid apart, and each re-read those tiles from DRAM.)
+inline dim3 ChunkSliceGrid(int chunks, int heads, int slices) {
+  return dim3(static_cast<unsigned>(chunks * slices), static_cast<unsigned>(heads));
+}
+__device__ inline int BlockChunk(int slices) { return blockIdx.x / slices; }
+__device__ inline int BlockSlice(int slices) { return blockIdx.x % slices; }
+
 template <typename T>
 __device__ inline T* RowPtr(T* base, const TensorStrides& s, int batch, int t, int h) {
   return base + batch * s.batch + int64_t{t} * s.token + int64_t{h} * s.head;

@@ -137,7 +137,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
     return err;
   }
   if (!output) return cudaSuccess;
-  return RunTiles(tiles::OutputKernel, dim3(p.total_chunks, p.heads, p.v_dim / kBT),
+  return RunTiles(tiles::OutputKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                   tiles::OutputSmem(), b, stream);
 }
 
@@ -164,7 +164,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   recompute.p.final_state = nullptr;
   err = RunForwardKernels(recompute, false, stream);
   if (err != cudaSuccess) return err;
-  if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks, p.heads, p.v_dim / kBT),
+  if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }

@@ -1,5 +1,5 @@
 // The chunk-local part of the new values' gradient in the chunked delta rule (formulas in
-// chunk_delta_steps.h), one block per (chunk, head, 64-wide V slice):
+// chunk_delta_steps.h), one block per (chunk, 64-wide V slice, head):
 //   MtdO = scale M^T dO   (fp32, [R,H,V])
 // which the backward state pass adds to diag(exp(G_L - G)) K dS' chunk by chunk. Here, for all
 // chunks at once, it leaves the sequential pass one product fewer per chunk, and M and an fp32 dO
@@ -25,7 +25,8 @@ __global__ void __launch_bounds__(kThreads, 3) LocalValueGradsKernel(StepBase b)
   float* M = reinterpret_cast<float*>(smem4);
   bf16* d_o = reinterpret_cast<bf16*>(M + kTile);
   const ChunkDeltaParams& p = b.p;
-  const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
+  // A chunk's V slices are adjacent blocks, so its M comes from L2 for the second.
+  const int nv = p.v_dim / kBT, chunk = blockIdx.x / nv, h = blockIdx.y, v0 = blockIdx.x % nv * kBT;
   const Chunk c = LocateChunk(p, chunk);
   IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));
   TokTilePieces(p.v_strides.token)

@@ -1,4 +1,5 @@
-// The output of the chunked delta rule, one block per (chunk, head, 64-wide V slice):
+// The output of the chunked delta rule, one block per (chunk, 64-wide V slice, head), the slices
+// of a chunk adjacent in blockIdx.x:
 //   o = scale [diag(gamma) (Q S) + M Ut]
 // with S the state entering the chunk (formulas in chunk_delta_steps.h).
 //
@@ -39,7 +40,8 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   float* M = reinterpret_cast<float*>(at + 2 * (kOutputQueryBytes + kOutputStateBytes));
   bf16* ut = reinterpret_cast<bf16*>(M + kBT * kLdT);
   float* G = reinterpret_cast<float*>(ut + kBf16Tile);
-  const int chunk = blockIdx.x, h = blockIdx.y, v0 = blockIdx.z * kBT;
+  // A chunk's V slices are adjacent blocks, so its queries and M come from L2 for the second.
+  const int nv = V / kBT, chunk = blockIdx.x / nv, h = blockIdx.y, v0 = blockIdx.x % nv * kBT;
   const Chunk c = LocateChunk(p, chunk);
   const TokTilePieces query_pieces(int64_t{p.heads} * K), state_pieces(V),
       ut_pieces(int64_t{p.heads} * V);
