@@ -358,12 +358,7 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
   const int ks = p.k_dim / kBK, vs = p.v_dim / kBK;
   const Chunk c = LocateChunk(p, BlockChunk(ks));
   const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
-  const auto issue = [&](int j) {
-    AsyncRows(xo(j), p.d_o, p.v_strides, c, h, j * kBK);
-    AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
-    AsyncStateTile(hs(j), states, p, c.global, h, k0, j * kBK);
-    AsyncStateTile(dhs(j), d_states, p, c.global, h, k0, j * kBK);
-  };
+  const auto issue = [&](int j) { AsyncGradSlice(xo(j), p, c, h, k0, j, states, d_states); };
   // The gate's loads first: the copies' address arithmetic then overlaps them (issued last, the
   // block waited on them by themselves).
   GateRegs<kGate> gate;

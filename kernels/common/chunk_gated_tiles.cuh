@@ -193,6 +193,16 @@ __device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const Chunk
   });
 }
 
+// The dq/dk kernels' V slice j (columns [64 j, 64 j + 64)), four tiles from `stage` on: d_o, v,
+// and the rows [k0, k0 + 64) of the chunk's state h_c and of its gradient dh_c.
+__device__ inline void AsyncGradSlice(bf16* stage, const ChunkGatedParams& p, const Chunk& c, int h,
+                                      int k0, int j, const bf16* states, const bf16* d_states) {
+  AsyncRows(stage, p.d_o, p.v_strides, c, h, j * kBK);
+  AsyncRows(stage + kTileElems, p.v, p.v_strides, c, h, j * kBK);
+  AsyncStateTile(stage + 2 * kTileElems, states, p, c.global, h, k0, j * kBK);
+  AsyncStateTile(stage + 3 * kTileElems, d_states, p, c.global, h, k0, j * kBK);
+}
+
 // Rows [0, c.rows) of a 64 x 64 accumulator into columns [col0, col0 + 64) of a [B,T,H,D] bf16
 // tensor, staged through `staging` (a bf16 tile no warp still reads) for 16-byte stores.
 // Synchronises.

@@ -25,7 +25,7 @@ __global__ void __launch_bounds__(kThreads, 3) LocalValueGradsKernel(StepBase b)
   float* M = reinterpret_cast<float*>(smem4);
   bf16* d_o = reinterpret_cast<bf16*>(M + kTile);
   const ChunkDeltaParams& p = b.p;
-  // A chunk's V slices are adjacent blocks, so its M comes from L2 for the second.
+  // A chunk's V slices are adjacent blocks: its M comes from L2 after the first.
   const int nv = p.v_dim / kBT, chunk = blockIdx.x / nv, h = blockIdx.y, v0 = blockIdx.x % nv * kBT;
   const Chunk c = LocateChunk(p, chunk);
   IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));

@@ -40,7 +40,7 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   float* M = reinterpret_cast<float*>(at + 2 * (kOutputQueryBytes + kOutputStateBytes));
   bf16* ut = reinterpret_cast<bf16*>(M + kBT * kLdT);
   float* G = reinterpret_cast<float*>(ut + kBf16Tile);
-  // A chunk's V slices are adjacent blocks, so its queries and M come from L2 for the second.
+  // A chunk's V slices are adjacent blocks: its queries and M come from L2 after the first.
   const int nv = V / kBT, chunk = blockIdx.x / nv, h = blockIdx.y, v0 = blockIdx.x % nv * kBT;
   const Chunk c = LocateChunk(p, chunk);
   const TokTilePieces query_pieces(int64_t{p.heads} * K), state_pieces(V),
