@@ -14,8 +14,11 @@ the run is split in two, all under one TRITON_CACHE_DIR:
      is replaced by a single launch, and FLA_CACHE_RESULTS=0 keeps those dummy timings out of the
      cache. The workers run side by side while our kernels build. A worker compiles one config
      after another, so where the cores outnumber the (op, group) pairs each pair gets several
-     workers (shards), shard s compiling the s-th of every n configs the autotuner tries (on the
-     H200 host, FLA_OPS=chunk_gla: five per group, all done in 180-230 s).
+     workers (shards), shard s compiling the s-th of every n configs the autotuner tries. The
+     cores are shared out by each op's compile work (COMPILE_WEIGHT): on the 16-core H200 host,
+     FLA_OPS=chunk_gla gave five workers per group, all done in 180-230 s; all four ops get
+     one each there (chunk_gla two), too few to finish chunk_gla -- the 32 cores of the
+     nvidia-h200-x2 kind give it five and most other pairs two.
   2. `run` times ours, then SDPA at every shape, then each (op, group) whose worker has finished:
      the workers still compiling are paused (SIGSTOP) while anything is timed, so the GPU and
      CPU are quiet; fla then autotunes for real (every config timed with do_bench, warmup 5 ms,
@@ -60,6 +63,11 @@ OPS = ["chunk_simple_gla", "chunk_gla", "chunk_delta_rule", "chunk_gated_delta_r
 # and timing; SDPA is timed as always). With fewer ops each (op, shape group) gets more compile
 # workers: FLA_OPS=chunk_gla gives chunk_gla's compiles, the slowest, the whole machine.
 FLA_OPS = [op for op in os.environ.get("FLA_OPS", ",".join(OPS)).split(",") if op]
+
+# Relative compile work of one (op, shape group) warm-up, for sharing the cores out: chunk_gla's
+# took 890-1100 core-seconds per group on the H200 host (5 workers, 177-233 s), the others'
+# 300-470 s with one worker each (12 workers on 16 cores).
+COMPILE_WEIGHT = {"chunk_gla": 3.0}
 
 torch = None  # imported where needed, so that `table` also works where torch is absent
 F = None
@@ -183,28 +191,42 @@ def warm_one(args):
     return 0
 
 
+def share_cores(pairs, cores):
+    """Compile workers per (op, group): at least one each, the cores shared out by weight
+    (largest remainders first), so that the slowest warm-ups get the most."""
+    weight = {pair: COMPILE_WEIGHT.get(pair[0], 1.0) for pair in pairs}
+    total = sum(weight.values())
+    exact = {pair: max(1.0, cores * w / total) for pair, w in weight.items()}
+    shards = {pair: int(x) for pair, x in exact.items()}
+    spare = cores - sum(shards.values())
+    for pair in sorted(pairs, key=lambda p: exact[p] - shards[p], reverse=True)[:max(spare, 0)]:
+        shards[pair] += 1
+    return shards
+
+
 def warm_all(args):
     os.makedirs(args.state_dir, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
     unknown = sorted(set(FLA_OPS) - set(OPS))
     if unknown:
         sys.exit(f"FLA_OPS: unknown ops {unknown}; the ops are {OPS}")
-    pairs = len(FLA_OPS) * len(GROUPS)
-    shards = max(1, (os.cpu_count() or 1) // pairs)
-    with open(os.path.join(args.state_dir, "shards"), "w") as f:
-        f.write(str(shards))
-    for op in FLA_OPS:
-        for g in range(len(GROUPS)):
-            for shard in range(shards):
-                log = open(os.path.join(args.state_dir, f"{op}.{g}.{shard}.log"), "w")
-                # Lower priority than the kernel build and the timed runs; own session, so that
-                # pausing and ending them touches nothing else.
-                subprocess.Popen(["nice", "-n", "10", sys.executable, os.path.abspath(__file__),
-                                  "warm", "--op", op, "--group", str(g), "--shard", str(shard),
-                                  "--shards", str(shards), "--state-dir", args.state_dir],
-                                 stdout=log, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
-    print(f"{pairs} (op, shape group) pairs, {shards} compile worker(s) each")
+    pairs = [(op, g) for op in FLA_OPS for g in range(len(GROUPS))]
+    shards = share_cores(pairs, os.cpu_count() or 1)
+    for (op, g), n in shards.items():
+        with open(os.path.join(args.state_dir, f"{op}.{g}.shards"), "w") as f:
+            f.write(str(n))
+    for op, g in pairs:
+        for shard in range(shards[(op, g)]):
+            log = open(os.path.join(args.state_dir, f"{op}.{g}.{shard}.log"), "w")
+            # Lower priority than the kernel build and the timed runs; own session, so that
+            # pausing and ending them touches nothing else.
+            subprocess.Popen(["nice", "-n", "10", sys.executable, os.path.abspath(__file__),
+                              "warm", "--op", op, "--group", str(g), "--shard", str(shard),
+                              "--shards", str(shards[(op, g)]), "--state-dir", args.state_dir],
+                             stdout=log, stderr=subprocess.STDOUT, env=env,
+                             start_new_session=True)
+    print(f"{len(pairs)} (op, shape group) pairs on {os.cpu_count()} cores; compile workers: "
+          + ", ".join(f"{op}.{g} {n}" for (op, g), n in shards.items()))
     return 0
 
 
@@ -217,9 +239,9 @@ class Workers:
     def status(self, op, g):
         """done when every shard is; failed when one failed; else running."""
         try:
-            shards = int(open(os.path.join(self.state_dir, "shards")).read())
+            shards = int(open(os.path.join(self.state_dir, f"{op}.{g}.shards")).read())
         except (OSError, ValueError):
-            return "failed: no warm-up workers were started (warm-all)"
+            return "failed: no warm-up workers were started for it (warm-all)"
         states = [self._shard_status(os.path.join(self.state_dir, f"{op}.{g}.{s}"))
                   for s in range(shards)]
         failed = [x for x in states if x.startswith("failed")]

@@ -10,7 +10,10 @@
 # fla comes from the wheels in .whl/. BUDGET (seconds, whole script) bounds fla's part: what fla
 # has not finished is printed as not measured. TRITON_CACHE_DIR holds every compile of the run.
 # FLA_OPS (e.g. chunk_gla) narrows the run to those ops (ours and fla's), and gives their compiles
-# more workers each; SDPA is timed as always.
+# more workers each; SDPA is timed as always. The workers share the host's cores by each op's
+# compile work: on nvidia-h200 (16 cores) FLA_OPS=chunk_gla finished fla's warm-up in 180-230 s,
+# while all four ops leave chunk_gla too few workers to finish; nvidia-h200-x2 (32 cores) gives
+# it as many as that run had (expected to fit all four ops in one call; not yet run).
 set -uo pipefail
 start=$(date +%s)
 OUT=${OUT:-out}
