@@ -31,11 +31,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
-#include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/delta_rule/chunk_delta_rule.h"
@@ -89,22 +90,46 @@ void Upload(T* dst, const std::vector<T>& host) {
   BENCH_CHECK(cudaMemcpy(dst, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice));
 }
 
+// f(begin, end) over [0, n) in one piece per hardware thread. (The inputs of the largest shape
+// are 100 M values a tensor: drawn on one thread, they took most of a run's time.)
+template <typename F>
+void ParallelRanges(size_t n, F f) {
+  const size_t threads = std::max(1u, std::thread::hardware_concurrency());
+  const size_t step = (n + threads - 1) / threads;
+  std::vector<std::thread> pool;
+  for (size_t begin = 0; begin < n; begin += step) {
+    pool.emplace_back(f, begin, std::min(n, begin + step));
+  }
+  for (auto& t : pool) t.join();
+}
+
+// N(0,1) value number i of stream `seed`: splitmix64 of the pair, two uniforms, Box-Muller. A
+// function of (seed, i) alone, so any thread can draw any part of a tensor.
+float Normal(uint32_t seed, uint64_t i) {
+  uint64_t z = (uint64_t{seed} << 40) + i + 0x9e3779b97f4a7c15ull;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  z ^= z >> 31;
+  const float u1 = (static_cast<float>(z >> 40) + 0.5f) / 16777216.0f;  // (0, 1), 24 bits
+  const float u2 = static_cast<float>(z & 0xffffff) / 16777216.0f;      // [0, 1)
+  return std::sqrt(-2.0f * std::log(u1)) * std::cos(6.2831853f * u2);
+}
+
 // N(0,1) rows of width `dim`, each scaled to unit L2 norm when `l2norm` (the delta rule's q, k).
 void FillBf16(__nv_bfloat16* dst, size_t n, int dim, uint32_t seed, bool l2norm = false) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (auto& e : x) e = dist(rng);
-  if (l2norm) {
-    for (size_t r = 0; r < n; r += dim) {
-      double ss = 0;
-      for (int i = 0; i < dim; ++i) ss += double{x[r + i]} * x[r + i];
-      const float inv = static_cast<float>(1.0 / std::sqrt(ss + 1e-6));
-      for (int i = 0; i < dim; ++i) x[r + i] *= inv;
-    }
-  }
   std::vector<__nv_bfloat16> host(n);
-  for (size_t i = 0; i < n; ++i) host[i] = __float2bfloat16(x[i]);
+  ParallelRanges(n / dim, [&](size_t row_begin, size_t row_end) {
+    std::vector<float> x(dim);
+    for (size_t r = row_begin; r < row_end; ++r) {
+      double ss = 0;
+      for (int i = 0; i < dim; ++i) {
+        x[i] = Normal(seed, r * dim + i);
+        ss += double{x[i]} * x[i];
+      }
+      const float f = l2norm ? static_cast<float>(1.0 / std::sqrt(ss + 1e-6)) : 1.0f;
+      for (int i = 0; i < dim; ++i) host[r * dim + i] = __float2bfloat16(x[i] * f);
+    }
+  });
   Upload(dst, host);
 }
 
@@ -113,18 +138,19 @@ void FillBf16(__nv_bfloat16* dst, size_t n, int dim, uint32_t seed, bool l2norm 
 enum class Dist { kLogSigmoid, kLogSigmoidClamped, kSigmoid };
 
 void FillF32(float* dst, size_t n, uint32_t seed, Dist dist_kind) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
   std::vector<float> host(n);
-  for (auto& x : host) {
-    const float z = dist(rng);
-    if (dist_kind == Dist::kSigmoid) {
-      x = 1.0f / (1.0f + std::exp(-z));
-    } else {
-      x = -std::log1p(std::exp(-z));
-      if (dist_kind == Dist::kLogSigmoidClamped) x = std::max(x, -5.0f);
+  ParallelRanges(n, [&](size_t begin, size_t end) {
+    for (size_t i = begin; i < end; ++i) {
+      const float z = Normal(seed, i);
+      float& x = host[i];
+      if (dist_kind == Dist::kSigmoid) {
+        x = 1.0f / (1.0f + std::exp(-z));
+      } else {
+        x = -std::log1p(std::exp(-z));
+        if (dist_kind == Dist::kLogSigmoidClamped) x = std::max(x, -5.0f);
+      }
     }
-  }
+  });
   Upload(dst, host);
 }
 

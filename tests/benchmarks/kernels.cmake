@@ -8,4 +8,5 @@ target_link_libraries(small_ops_benchmark PRIVATE flame_kernels)
 # fla's shapes; kernels_vs_fla.py runs it.
 add_executable(chunk_attention_benchmark ${CMAKE_CURRENT_LIST_DIR}/chunk_attention_benchmark.cc)
 target_include_directories(chunk_attention_benchmark PRIVATE ${CMAKE_CURRENT_LIST_DIR}/../..)
-target_link_libraries(chunk_attention_benchmark PRIVATE flame_kernels)
+find_package(Threads REQUIRED)
+target_link_libraries(chunk_attention_benchmark PRIVATE flame_kernels Threads::Threads)
