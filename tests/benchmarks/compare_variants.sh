@@ -6,7 +6,7 @@
 #   VARIANTS="main:. pass:_var/pass" OUT=$OUT bash tests/benchmarks/compare_variants.sh
 # Each variant is name:dir, dir holding a kernels/ folder (the repository root, or a copy of
 # kernels/ in an untracked folder such as _var/NAME/, made on the CPU machine with `cp -r kernels
-# _var/NAME/` and edited there). Knobs: TESTS (test binaries of tests/kernels, run on every
+# _var/NAME/` and edited there), and optionally its own tests/ (else the root's). Knobs: TESTS (test binaries of tests/kernels, run on every
 # variant; default chunk_gla_test), SANITIZE=1 (compute-sanitizer memcheck of TESTS on every
 # variant), OPS (benchmark ops, default chunk_gla), SHAPE (one benchmark shape index, default all
 # five), ROUNDS (timing rounds, each variant once per round, default 2), FLAME_BENCH_BUDGET_MS
@@ -29,7 +29,9 @@ jobs=$(( $(nproc) / $(echo $VARIANTS | wc -w) )); [ "$jobs" -ge 1 ] || jobs=1
 for v in $VARIANTS; do
   (
     name=${v%%:*} dir=${v#*:} w=/tmp/variant-$name
-    rm -rf "$w" && mkdir -p "$w" && cp -r "$root/tests" "$w/" && cp -r "$root/$dir/kernels" "$w/"
+    tests=$root/tests
+    [ -d "$root/$dir/tests" ] && tests=$root/$dir/tests
+    rm -rf "$w" && mkdir -p "$w" && cp -r "$tests" "$w/" && cp -r "$root/$dir/kernels" "$w/"
     cmake -S "$w/kernels" -B "$w/b" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$OUT/build_$name.log" 2>&1 &&
       cmake --build "$w/b" -j"$jobs" --target $TESTS chunk_attention_benchmark \
