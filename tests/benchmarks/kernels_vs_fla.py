@@ -17,8 +17,8 @@ the run is split in two, all under one TRITON_CACHE_DIR:
      workers (shards), shard s compiling the s-th of every n configs the autotuner tries. The
      cores are shared out by each op's compile work (COMPILE_WEIGHT): on the 16-core H200 host,
      FLA_OPS=chunk_gla gave five workers per group, all done in 180-230 s; all four ops get
-     one each there (chunk_gla two), too few to finish chunk_gla -- the 32 cores of the
-     nvidia-h200-x2 kind give it five and most other pairs two.
+     one each there (chunk_gla two or three), too few to finish chunk_gla -- the 32 cores of
+     the nvidia-h200-x2 kind give it five and most other pairs two (not yet run there).
   2. `run` times ours, then SDPA at every shape, then each (op, group) whose worker has finished:
      the workers still compiling are paused (SIGSTOP) while anything is timed, so the GPU and
      CPU are quiet; fla then autotunes for real (every config timed with do_bench, warmup 5 ms,
