@@ -49,25 +49,50 @@ __device__ inline void BuildKsub(bf16* ksub, const bf16* k, const float* G) {
   });
 }
 
-// A[i][j] (j <= i) += sum over this K slice of q_ik k_jk 2^(G_ik - G_jk). scratch: 160 rows.
-// Starts and ends with the caller's barrier; the elementwise part and the products touch
-// disjoint blocks of A.
+// The diagonal 16 x 16 blocks' lower-left 8 x 8 quadrants go by tensor cores too, re-referenced
+// to the middle row m = n + 8 of sub-chunk n: (q_i 2^(G_i - G_m)) (k_j 2^(G_m - G_j)) for
+// i >= m > j, both factors <= 1. Their operands, 64 rows of the scratch from row kQuadRows on:
+// q8 (rows i = m .. m + 7 of sub-chunks 0-3, 32 rows) then k8 (rows j = n .. n + 7, 32 rows).
+constexpr int kQuadRows = 160;
+constexpr int kScoresScratchRows = kQuadRows + 64;
+
+// A[i][j] (j <= i) += sum over this K slice of q_ik k_jk 2^(G_ik - G_jk). scratch:
+// kScoresScratchRows rows. Starts and ends with the caller's barrier; the elementwise part and
+// the products touch disjoint parts of A.
 __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, const float* G,
                                         bf16* scratch) {
   bf16* qsub = scratch;                 // rows 16..63: q_i 2^(G_i - G_n), n = 16 * (i / 16)
   bf16* ksub = scratch + kBT * kLdBf16;  // 96 rows: k_j 2^(G_n - G_j), j < n = 16 s
+  bf16* q8 = scratch + kQuadRows * kLdBf16;
+  bf16* k8 = q8 + 32 * kLdBf16;
   ForRowPairs<kBT - 16>([&](int m, int r, int col) {
     const int i = 16 + r, n = 16 + 16 * (m / 2);
     const float2 qi = LoadPair(q, i, col), gi = LoadPair(G, i, col), gn = LoadPair(G, n, col);
     StorePair(qsub, i, col, qi.x * Exp2(gi.x - gn.x), qi.y * Exp2(gi.y - gn.y));
   });
   BuildKsub(ksub, k, G);
-  // Diagonal 16 x 16 blocks, elementwise in fp32. Warp w takes rows n + w and n + 15 - w of every
-  // sub-chunk (w + 1 and 16 - w pairs (i, j), j <= i: 17 for every warp, so no lane idles), lane l
+  // q8 and k8: row block m < 4 of ForRowPairs is q8, the rest k8; row r % 32 is row r % 8 of
+  // sub-chunk r % 32 / 8.
+  ForRowPairs<64>([&](int m, int r, int col) {
+    const int rr = r % 32, mid = 16 * (rr / 8) + 8;
+    const int x = m < 4 ? mid + rr % 8 : mid - 8 + rr % 8;  // row i (q8) or j (k8)
+    const float2 gx = LoadPair(G, x, col), gm = LoadPair(G, mid, col);
+    if (m < 4) {
+      const float2 qx = LoadPair(q, x, col);
+      StorePair(q8, rr, col, qx.x * Exp2(gx.x - gm.x), qx.y * Exp2(gx.y - gm.y));
+    } else {
+      const float2 kx = LoadPair(k, x, col);
+      StorePair(k8, rr, col, kx.x * Exp2(gm.x - gx.x), kx.y * Exp2(gm.y - gx.y));
+    }
+  });
+  // The rest of the diagonal blocks -- two 8 x 8 triangles per sub-chunk, rows i and columns j
+  // in the same half -- elementwise in fp32. Warp w takes rows n + w (w + 1 pairs) and
+  // n + 15 - w (8 - w pairs) of every sub-chunk: 9 for every warp, so no lane idles; lane l
   // sub-chunk l / 8 and the eight channels 8 (l % 8) .. + 7 (16-byte loads of k and G rows); the
   // eight lanes of a sub-chunk then add their channels up by shuffles. (One thread per 2 x 2 block
   // of pairs before: the threads above the diagonal idled, 56% of lanes busy. With the row-pair
-  // operand builders, ChannelScoresKernel went from 1270 to 937 us at (1,8192,96,128), H200.)
+  // operand builders, ChannelScoresKernel went from 1270 to 937 us at (1,8192,96,128), H200; the
+  // whole 16 x 16 blocks elementwise were 17 pairs a warp.)
   {
     const int a = threadIdx.x / 32, lane = threadIdx.x % 32;
     const int n = lane / 8 * 16, c0 = lane % 8 * 8;
@@ -77,39 +102,52 @@ __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, 
     LoadEight(q, i_hi, c0, q_hi);
     LoadEight(G, i_lo, c0, g_lo);
     LoadEight(G, i_hi, c0, g_hi);
-    // The eight lanes' partial sums, added up; lane j % 8 of the group adds the pair to A.
-    const auto add = [&](float x, int i, int j) {
-      x += __shfl_xor_sync(0xffffffffu, x, 1);
-      x += __shfl_xor_sync(0xffffffffu, x, 2);
-      x += __shfl_xor_sync(0xffffffffu, x, 4);
-      if (lane % 8 == j % 8) A[i * kLdF32 + n + j] += x;
-    };
 #pragma unroll
     for (int j = 0; j < 16; ++j) {
-      if (j > 15 - a) break;  // a is the warp's: every branch here is uniform
+      // j < 8: row i_lo's pairs (j <= a); j >= 8: row i_hi's (j <= 15 - a). a is the warp's:
+      // every branch here is uniform.
+      if (j < 8 ? j > a : j > 15 - a) continue;
+      const float* qi = j < 8 ? q_lo : q_hi;
+      const float* gi = j < 8 ? g_lo : g_hi;
       float kj[8], gj[8];
       LoadEight(k, n + j, c0, kj);
       LoadEight(G, n + j, c0, gj);
-      float hi = 0.0f;
+      float x = 0.0f;
 #pragma unroll
-      for (int e = 0; e < 8; ++e) hi += q_hi[e] * kj[e] * Exp2(g_hi[e] - gj[e]);
-      add(hi, i_hi, j);
-      if (j <= a) {
-        float lo = 0.0f;
-#pragma unroll
-        for (int e = 0; e < 8; ++e) lo += q_lo[e] * kj[e] * Exp2(g_lo[e] - gj[e]);
-        add(lo, i_lo, j);
-      }
+      for (int e = 0; e < 8; ++e) x += qi[e] * kj[e] * Exp2(gi[e] - gj[e]);
+      // The eight lanes' partial sums, added up; lane j % 8 of the group adds the pair to A.
+      x += __shfl_xor_sync(0xffffffffu, x, 1);
+      x += __shfl_xor_sync(0xffffffffu, x, 2);
+      x += __shfl_xor_sync(0xffffffffu, x, 4);
+      if (lane % 8 == j % 8) A[(j < 8 ? i_lo : i_hi) * kLdF32 + n + j] += x;
     }
   }
   __syncthreads();
+  // The off-diagonal 16 x 16 blocks (6 tiles: warps 0-5) ...
   for (int s = 1; s < 4; ++s) {
     Mma<true, false, kWarps>(16, 16 * s, kBK, qsub + 16 * s * kLdBf16, kLdBf16,
                              ksub + SubBlockOffset(s) * kLdBf16, kLdBf16, A + 16 * s * kLdF32,
                              kLdF32, true);
   }
+  // ... and the quadrants, warps 6 and 7 two sub-chunks each: the 16 x 16 product of q8's and
+  // k8's rows of sub-chunks 2p and 2p + 1, whose diagonal 8 x 8 blocks are their quadrants
+  // (WarpAcc16: x[0..1] = C(g, 2t ..), x[6..7] = C(g + 8, 8 + 2t ..)).
+  const int warp = threadIdx.x / 32;
+  if (warp >= kWarps - 2) {
+    const int pair = warp - (kWarps - 2), g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+    tile::WarpAcc16 quad;
+    quad.Zero();
+    tile::MmaBf16Warp16<true, false>(quad, kBK, q8 + 16 * pair * kLdBf16, kLdBf16,
+                                     k8 + 16 * pair * kLdBf16, kLdBf16);
+#pragma unroll
+    for (int sub = 0; sub < 2; ++sub) {  // sub-chunk 2 pair + sub
+      const int n = 16 * (2 * pair + sub);
+      float* at = A + (n + 8 + g) * kLdF32 + n + 2 * t;
+      at[0] += quad.x[6 * sub];
+      at[1] += quad.x[6 * sub + 1];
+    }
+  }
 }
-
 
 // Row offset of qsub's block for sub-chunk s (s = 0, 1, 2 hold rows i >= 16 s + 16: 48, 32, 16
 // rows) in a 96-row scratch: 0, 48, 80.
@@ -135,8 +173,8 @@ struct ScoresSmem {
   alignas(128) float G[kBT * kLdF32];        // 17408 B: gate cumsum
   alignas(128) bf16 q[kBT * kLdBf16];        // 9216 B
   alignas(128) bf16 k[kBT * kLdBf16];        // 9216 B
-  alignas(128) bf16 scratch[160 * kLdBf16];  // 23040 B: sub-chunk operands
-};  // 76 KB
+  alignas(128) bf16 scratch[kScoresScratchRows * kLdBf16];  // 32256 B: sub-chunk operands
+};  // 85 KB: two blocks per SM
 
 // dst[e] = f(e) for e = 0 .. 7, as one 16-byte store (dst 16-byte aligned).
 template <typename F>
