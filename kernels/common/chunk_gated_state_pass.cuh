@@ -27,7 +27,9 @@
 // per chunk (the forward alone 420 -> 389 us). ncu on the first version: L2 75% busy, DRAM 41%,
 // the warps mostly stalled on short-scoreboard waits (shuffles, shared loads); on the second: 139
 // instead of 198 M warp instructions, L2 82% busy, DRAM 44% -- so now the L2 traffic (the state
-// stores in 4-byte pieces, each k or v tile read by two blocks) is what to cut.
+// stores in 4-byte pieces, each k or v tile read by two blocks) is what to cut. The states now
+// go out in 16-byte stores (Acc64::StoreBf16Global16B: a quad of lanes trades its pairs first),
+// whole 32-byte sectors per store instruction instead of halves.
 // kNk = 2 (128 key rows per block, two blocks per SM) halves the fragment scaling and the value
 // tile reads per state element but takes ~1.3x as long per block as kNk = 1 (64 rows, three
 // blocks per SM); the launcher (PickPassKeySlices) takes it where it saves waves of blocks.
@@ -134,12 +136,7 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
     const Chunk c = chunk_at(step);
     bf16* const slot = tile_slots + c.global * chunk_states;
 #pragma unroll
-    for (int i = 0; i < kNk; ++i) {
-      acc[i].ForEachPairAt(p.v_dim, [&](int at, float x0, float x1) {
-        *reinterpret_cast<__nv_bfloat162*>(slot + i * kBK * p.v_dim + at) =
-            __floats2bfloat162_rn(x0, x1);
-      });
-    }
+    for (int i = 0; i < kNk; ++i) acc[i].StoreBf16Global16B(slot + i * kBK * p.v_dim, p.v_dim);
     __pipeline_wait_prior(kPassStages - 2);
     __syncthreads();  // this step's stage is in; every warp is done with the previous stage
     issue(step + kPassStages - 1);

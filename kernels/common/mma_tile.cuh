@@ -95,6 +95,51 @@ struct WarpAcc16 {
       }
     }
   }
+  // To a bf16 row-major matrix in global memory (c and ldc 8-element aligned), rounded to
+  // nearest, in 16-byte stores: the four lanes of a quad, which hold rows g and g + 8 in pairs of
+  // columns, trade their packed pairs (a 4 x 4 transpose by two butterfly steps) so that lane t
+  // holds row g + 8 (t / 2), columns 8 (t % 2) .. + 7. (Stored by pairs, each warp store
+  // instruction wrote 8 rows x 16 bytes: half of every 32-byte sector it touched.)
+  __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
+    // w[2 half + h] = C(g + 8 half, 8 h + 2 t .. + 1), packed.
+    uint32_t w[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const __nv_bfloat162 v =
+            __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
+        w[2 * half + h] = *reinterpret_cast<const uint32_t*>(&v);
+      }
+    }
+    const int t = threadIdx.x % 4;
+    // Step 1 (partner t ^ 1): keep the words whose h is t's bit 0, send the others; afterwards
+    // p[2 half + j] = the word (half, h = t & 1) of lane (t & ~1) + j.
+    const bool t0 = t & 1, t1 = t & 2;
+    uint32_t p[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const uint32_t keep = t0 ? w[2 * half + 1] : w[2 * half];
+      const uint32_t send = t0 ? w[2 * half] : w[2 * half + 1];
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, 1);
+      p[2 * half] = t0 ? got : keep;  // selects, not a lane-dependent index (local memory)
+      p[2 * half + 1] = t0 ? keep : got;
+    }
+    // Step 2 (partner t ^ 2): keep the words whose half is t's bit 1; afterwards q[2 k + j] = the
+    // word (half = t >> 1, h = t & 1) of lane 2 k + j, i.e. columns 8 (t & 1) + 2 s .. + 1 of
+    // row g + 8 (t >> 1) in q[s].
+    uint32_t q[4];
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const uint32_t keep = t1 ? p[2 + j] : p[j];
+      const uint32_t send = t1 ? p[j] : p[2 + j];
+      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, 2);
+      q[j] = t1 ? got : keep;
+      q[2 + j] = t1 ? keep : got;
+    }
+    *reinterpret_cast<uint4*>(c + (LaneRow() + 8 * (t >> 1)) * ldc + 8 * (t & 1)) =
+        make_uint4(q[0], q[1], q[2], q[3]);
+  }
 };
 
 // Operand fragments of one warp's 16 x 16 x 8 product step, read from shared memory. Each loader
@@ -215,6 +260,12 @@ struct Acc64 {
   __device__ __forceinline__ void StoreBf16(bf16* c, int ldc) const {
 #pragma unroll
     for (int i = 0; i < 2; ++i) part[i].StoreBf16(c + Row(i) * ldc + Col(), ldc);
+  }
+  // c = C as bf16, a 64 x 64 block of a row-major matrix in global memory (c and ldc 8-element
+  // aligned), in 16-byte stores (WarpAcc16::StoreBf16Global16B).
+  __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) part[i].StoreBf16Global16B(c + Row(i) * ldc + Col(), ldc);
   }
   // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
   // warp's next reads of c.
