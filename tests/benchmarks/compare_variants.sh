@@ -4,14 +4,19 @@
 # optionally profiles each per kernel -- so that a change is measured against its base in the same
 # run, on the same machine.
 #   VARIANTS="main:. pass:_var/pass" OUT=$OUT bash tests/benchmarks/compare_variants.sh
-# Each variant is name:dir, dir holding a kernels/ folder (the repository root, or a copy of
-# kernels/ in an untracked folder such as _var/NAME/, made on the CPU machine with `cp -r kernels
-# _var/NAME/` and edited there), and optionally its own tests/ (else the root's). Knobs: TESTS (test binaries of tests/kernels, run on every
-# variant; default chunk_gla_test), SANITIZE=1 (compute-sanitizer memcheck of TESTS on every
-# variant), OPS (benchmark ops, default chunk_gla), SHAPE (one benchmark shape index, default all
-# five), ROUNDS (timing rounds, each variant once per round, default 2), FLAME_BENCH_BUDGET_MS
-# (default 300 here), PROFILE_SHAPE (a shape index: ncu time per kernel call of OPS there, per
-# variant). Tests and kernels build from tests/ of the repository root.
+# Each variant is name:dir[:test,test...], dir holding a kernels/ folder (the repository root, or a
+# copy of kernels/ in an untracked folder such as _var/NAME/, made on the CPU machine with
+# `cp -r kernels _var/NAME/` and edited there), and optionally its own tests/ (else the root's);
+# the tests named after the second colon replace TESTS for that variant. Knobs: TESTS (test
+# binaries of tests/kernels, run on every variant that names none; default chunk_gla_test),
+# SANITIZE=1 (compute-sanitizer memcheck of each variant's tests), RACECHECK=FILTER (racecheck of
+# each variant's tests over that gtest filter; the sanitizers run side by side, before the timing),
+# OPS (benchmark ops, comma-separated, default chunk_gla), SHAPE (one benchmark shape index,
+# default all five), ROUNDS (timing rounds, each variant once per round, default 2),
+# FLAME_BENCH_BUDGET_MS (default 300 here), PROFILE_SHAPE (a shape index: ncu time per kernel call
+# of OPS there, per variant). A variant folder with a bin/ folder is not built here: bin/ holds
+# its test binaries and chunk_attention_benchmark, each xz-compressed (NAME.xz), as built on the
+# CPU machine (sm_90, stripped), which saves the device call its build.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}
@@ -26,15 +31,34 @@ el() { echo "[$(($(date +%s) - t0)) s] $*"; }
 root=$(pwd)
 jobs=$(( $(nproc) / $(echo $VARIANTS | wc -w) )); [ "$jobs" -ge 1 ] || jobs=1
 
+# The fields of a variant spec: name, dir, its tests (space-separated).
+variant_name() { echo "${1%%:*}"; }
+variant_dir() { local rest=${1#*:}; echo "${rest%%:*}"; }
+variant_tests() {
+  local rest=${1#*:}
+  if [ "$rest" != "${rest#*:}" ]; then echo "${rest#*:}" | tr ',' ' '; else echo "$TESTS"; fi
+}
+
 for v in $VARIANTS; do
   (
-    name=${v%%:*} dir=${v#*:} w=/tmp/variant-$name
+    name=$(variant_name "$v") dir=$(variant_dir "$v") w=/tmp/variant-$name
     tests=$root/tests
     [ -d "$root/$dir/tests" ] && tests=$root/$dir/tests
-    rm -rf "$w" && mkdir -p "$w" && cp -r "$tests" "$w/" && cp -r "$root/$dir/kernels" "$w/"
+    rm -rf "$w" && mkdir -p "$w/b/tests/kernels"
+    if [ -d "$root/$dir/bin" ]; then
+      # Built on the CPU machine (nvcc for sm_90 there), brought xz-compressed: no build here.
+      for f in "$root/$dir"/bin/*.xz; do
+        t=$(basename "$f" .xz) to=$w/b/tests/kernels
+        [ "$t" = chunk_attention_benchmark ] && to=$w/b
+        xz -dc "$f" > "$to/$t" && chmod +x "$to/$t"
+      done
+      echo "build $name: prebuilt"
+      exit 0
+    fi
+    cp -r "$tests" "$w/" && cp -r "$root/$dir/kernels" "$w/"
     cmake -S "$w/kernels" -B "$w/b" -G Ninja -DCMAKE_CUDA_ARCHITECTURES=90 \
       -DCMAKE_BUILD_TYPE=RelWithDebInfo > "$OUT/build_$name.log" 2>&1 &&
-      cmake --build "$w/b" -j"$jobs" --target $TESTS chunk_attention_benchmark \
+      cmake --build "$w/b" -j"$jobs" --target $(variant_tests "$v") chunk_attention_benchmark \
         >> "$OUT/build_$name.log" 2>&1
     echo "build $name: rc=$?"
   ) &
@@ -42,24 +66,35 @@ done
 wait
 el built
 
+# sanitize TOOL NAME TEST BINARY [FILTER]: one compute-sanitizer run, its verdict on one line.
+sanitize() {
+  local tool=$1 name=$2 t=$3 bin=$4 filter=${5:-*}
+  timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" \
+    > "$OUT/${tool}_${name}_$t.log" 2>&1
+  echo "$name $t $tool ($filter): rc=$? $(grep 'ERROR SUMMARY' "$OUT/${tool}_${name}_$t.log")"
+}
 for v in $VARIANTS; do
-  name=${v%%:*} b=/tmp/variant-$name/b
-  for t in $TESTS; do
+  name=$(variant_name "$v") b=/tmp/variant-$(variant_name "$v")/b
+  for t in $(variant_tests "$v"); do
     timeout 150 "$b/tests/kernels/$t" > "$OUT/test_${name}_$t.log" 2>&1
     echo "$name $t: rc=$? $(grep -E '^\[  (PASSED|FAILED)  \]' "$OUT/test_${name}_$t.log" | tr '\n' ' ')"
     grep -A3 "Failure" "$OUT/test_${name}_$t.log" | head -12
-    if [ "${SANITIZE:-0}" = 1 ]; then
-      timeout 240 compute-sanitizer --tool memcheck --error-exitcode 9 "$b/tests/kernels/$t" \
-        > "$OUT/memcheck_${name}_$t.log" 2>&1
-      echo "$name $t memcheck: rc=$? $(grep 'ERROR SUMMARY' "$OUT/memcheck_${name}_$t.log")"
-    fi
   done
 done
 el tested
+for v in $VARIANTS; do
+  name=$(variant_name "$v") b=/tmp/variant-$(variant_name "$v")/b
+  for t in $(variant_tests "$v"); do
+    [ "${SANITIZE:-0}" = 1 ] && sanitize memcheck "$name" "$t" "$b/tests/kernels/$t" &
+    [ -n "${RACECHECK:-}" ] && sanitize racecheck "$name" "$t" "$b/tests/kernels/$t" "$RACECHECK" &
+  done
+done
+wait
+el sanitized
 
 for round in $(seq "${ROUNDS:-2}"); do
   for v in $VARIANTS; do
-    name=${v%%:*}
+    name=$(variant_name "$v")
     timeout 120 "/tmp/variant-$name/b/chunk_attention_benchmark" "$OPS" $SHAPE 2>&1 |
       sed "s/^{/{\"variant\": \"$name\", \"round\": $round, /" >> "$OUT/bench.jsonl"
   done
@@ -82,7 +117,7 @@ PY
 
 if [ -n "${PROFILE_SHAPE:-}" ]; then
   for v in $VARIANTS; do
-    name=${v%%:*}
+    name=$(variant_name "$v")
     FLAME_BENCH_REPS=1 FLAME_BENCH_WARMUP=0 FLAME_BENCH_BUDGET_MS=0 timeout 200 ncu --clock-control none \
       --metrics gpu__time_duration.sum "/tmp/variant-$name/b/chunk_attention_benchmark" "$OPS" \
       "$PROFILE_SHAPE" > "$OUT/ncu_$name.log" 2>&1
