@@ -16,7 +16,9 @@
 // Kernels (256 threads on 64 x 64 tiles; K, V any multiple of 64):
 //   head gate:           StatePassKernel, the per-chunk states h_c (forward) and dh_c (backward)
 //                        by one sequential pass per state tile (chunk_gated_state_pass.cuh)
-//   channel gate:        ChunkUpdateKernel + StateScanKernel, the same states by each chunk's own
+//   channel gate:        the same pass from decayed operands (ChannelScoresKernel writes the
+//                        forward's, ChunkDecayKernel the backward's) where its grid fills enough
+//                        of the GPU; else ChunkUpdateKernel + StateScanKernel, each chunk's own
 //                        update in parallel, then an elementwise scan over the chunks
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadOutputKernel (o or dv), HeadGradQKKernel + HeadGateGradKernel (dq,
@@ -67,15 +69,19 @@ inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
 // The workspace, in this order: the per-chunk states h (bf16); backward: their gradients dh; head
 // gate, backward: HeadGradQKKernel's per-slice dg sums; channel gate: the chunks' decays
-// (StateScanKernel's factors) and the decayed operand of ChannelOutputKernel (q scale 2^G from
-// ChannelScoresKernel, or k 2^(G_last - G) from ChannelGradQKKernel). The channel gate's scores
-// are the caller's (intra_scores), kept from the forward for the backward.
+// (StateScanKernel's factors, or the state pass's row decays), `decayed`, the decayed operand X
+// of ChannelOutputKernel (forward q scale 2^G from ChannelScoresKernel; backward k 2^(G_last - G),
+// which is also the state pass's decayed keys: ChunkDecayKernel writes them for the pass,
+// ChannelGradQKKernel the same values again), and `pass_operand`, the state pass's other decayed
+// operand (forward its keys, backward its queries q scale 2^G). The channel gate's scores are the
+// caller's (intra_scores), kept from the forward for the backward.
 struct Workspace {
   bf16* states = nullptr;
   bf16* d_states = nullptr;
   float* decays = nullptr;
   float* grad_parts = nullptr;
   bf16* decayed = nullptr;
+  bf16* pass_operand = nullptr;
 };
 
 // Carves `base` (null: only counts) into w for `chunks` chunks; returns the bytes it takes.
@@ -94,6 +100,7 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
   } else {
     w.decays = static_cast<float*>(take(DecaysBytes(p, chunks)));
     w.decayed = static_cast<bf16*>(take(DecayedBytes(p, chunks)));
+    w.pass_operand = static_cast<bf16*>(take(DecayedBytes(p, chunks)));
   }
   return used;
 }
@@ -149,9 +156,14 @@ dim3 StatePassGrid(const ChunkGatedParams& p, int passes) {
 template <Gate kGate, int kNk>
 cudaError_t LaunchStatePass(const ChunkGatedParams& p, int passes, const Workspace& w,
                             cudaStream_t stream) {
-  return LaunchKernel<int, bf16*, bf16*>(StatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes),
-                                         kStatePassSmemBytes<kNk>, stream, p, passes, w.states,
-                                         w.d_states);
+  DecayedOperands decayed;
+  if (kGate == Gate::kChannel) {
+    decayed = passes == 1 ? DecayedOperands{w.pass_operand, nullptr, w.decays}
+                          : DecayedOperands{w.decayed, w.pass_operand, w.decays};
+  }
+  return LaunchKernel<int, bf16*, bf16*, DecayedOperands>(
+      StatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes), kStatePassSmemBytes<kGate, kNk>,
+      stream, p, passes, w.states, w.d_states, decayed);
 }
 
 // 128 key rows per block (kNk = 2) where K allows and it saves enough waves of blocks: such a
@@ -166,51 +178,101 @@ cudaError_t PickPassKeySlices(const ChunkGatedParams& p, int passes, int* slices
   if (p.k_dim % (2 * kBK) != 0) return cudaSuccess;
   const auto blocks = [](dim3 grid) { return int64_t{grid.x} * grid.y * grid.z; };
   int64_t narrow = 0, wide = 0;
-  cudaError_t err = GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 1>), kThreads,
-                              kStatePassSmemBytes<1>, blocks(StatePassGrid<1>(p, passes)), &narrow);
+  cudaError_t err =
+      GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 1>), kThreads,
+                kStatePassSmemBytes<kGate, 1>, blocks(StatePassGrid<1>(p, passes)), &narrow);
   if (err == cudaSuccess) {
     err = GridWaves(reinterpret_cast<const void*>(StatePassKernel<kGate, 2>), kThreads,
-                    kStatePassSmemBytes<2>, blocks(StatePassGrid<2>(p, passes)), &wide);
+                    kStatePassSmemBytes<kGate, 2>, blocks(StatePassGrid<2>(p, passes)), &wide);
   }
   if (err != cudaSuccess) return err;
   if (wide > 0 && (narrow == 0 || wide * kWideBlockCost < narrow)) *slices = 2;
   return cudaSuccess;
 }
 
+// The channel gate's states by the sequential pass where its grid fills at least
+// kChannelPassMinWaves of the GPU's block slots; else by each chunk's update and a scan over the
+// chunks, which keep every SM busy however few sequences and heads there are. The pass saves the
+// updates' round trip through memory (two passes over a [chunks, H, K, V] tensor) but walks each
+// sequence's chunks one after another. Measured on the H200 (forward + backward, pass against
+// update + scan): 0.777 / 0.853 ms at (4,2048,16,128), 2.953 / 3.212 at (2,16384,16,128), whose
+// forward grid of 128 blocks is 0.32 of the 396 slots, and 3.755 / 4.469 at (8,4096,8,256); the
+// pass won at every shape measured. Below 0.25 (about 100 blocks there) it is unmeasured, and one
+// block walking thousands of chunks would lose, so those keep the scan.
+constexpr double kChannelPassMinWaves = 0.25;
+
+// (A template only so that the head gate's translation unit does not build the channel gate's
+// pass.)
+template <Gate kGate>
+cudaError_t UseChannelStatePass(const ChunkGatedParams& p, int passes, bool* use) {
+  static_assert(kGate == Gate::kChannel, "the head gate always takes the pass");
+  *use = false;
+  const dim3 grid = StatePassGrid<1>(p, passes);
+  int64_t slots = 0;
+  if (cudaError_t err = GridSlots(reinterpret_cast<const void*>(StatePassKernel<kGate, 1>),
+                                  kThreads, kStatePassSmemBytes<kGate, 1>, &slots);
+      err != cudaSuccess) {
+    return err;
+  }
+  const double blocks = static_cast<double>(grid.x) * grid.y * grid.z;
+  *use = slots > 0 && blocks >= kChannelPassMinWaves * static_cast<double>(slots);
+  return cudaSuccess;
+}
+
 // The per-chunk states; backward: the states and their gradients together (kBackward), the
-// forward having written the final state. Head gate: the sequential passes
-// (chunk_gated_state_pass.cuh); channel gate: each chunk's update, then the scan over the chunks
-// (chunk_gated_states.cuh), the gradients scanned in reverse.
+// forward having written the final state. By the sequential passes (chunk_gated_state_pass.cuh)
+// where by_pass (always for the head gate; the channel gate's from decayed operands, which the
+// forward's ChannelScoresKernel has written already and the backward's ChunkDecayKernel writes
+// here); else each chunk's update, then the scan over the chunks (chunk_gated_states.cuh), the
+// gradients scanned in reverse.
 template <Gate kGate, bool kBackward>
-cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, cudaStream_t stream) {
+cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, bool by_pass,
+                          cudaStream_t stream) {
   // The backward's forward pass recomputes the states; the forward wrote the final state.
   ChunkGatedParams without_final = p;
   if (kBackward) without_final.final_state = nullptr;
-  if constexpr (kGate == Gate::kHead) {
-    const int passes = kBackward ? 2 : 1;
-    int slices = 1;
-    if (cudaError_t err = PickPassKeySlices<kGate>(p, passes, &slices); err != cudaSuccess) {
-      return err;
+  const int passes = kBackward ? 2 : 1;
+  if constexpr (kGate == Gate::kChannel) {
+    const dim3 slices = ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK);
+    if (!by_pass) {
+      cudaError_t err = LaunchKernel<bf16*, bf16*, float*>(
+          ChunkUpdateKernel<kBackward>, slices, UpdateSmemBytes(kBackward, p.v_dim), stream, p,
+          w.states, w.d_states, w.decays);
+      if (err != cudaSuccess) return err;
+      const dim3 scan_grid(ScanBlocks(p), p.heads, p.num_seqs);
+      err = LaunchKernel<bf16*, const float*>(StateScanKernel<false>, scan_grid, 0, stream,
+                                              without_final, w.states, w.decays);
+      if (err != cudaSuccess || !kBackward) return err;
+      return LaunchKernel<bf16*, const float*>(StateScanKernel<true>, scan_grid, 0, stream, p,
+                                               w.d_states, w.decays);
     }
-    return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, passes, w, stream)
-                       : LaunchStatePass<kGate, 1>(without_final, passes, w, stream);
-  } else {
-    cudaError_t err = LaunchKernel<bf16*, bf16*, float*>(
-        ChunkUpdateKernel<kBackward>, ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK),
-        UpdateSmemBytes(kBackward, p.v_dim), stream, p, w.states, w.d_states, w.decays);
-    if (err != cudaSuccess) return err;
-    const dim3 scan_grid(ScanBlocks(p), p.heads, p.num_seqs);
-    err = LaunchKernel<bf16*, const float*>(StateScanKernel<false>, scan_grid, 0, stream,
-                                            without_final, w.states, w.decays);
-    if (err != cudaSuccess || !kBackward) return err;
-    return LaunchKernel<bf16*, const float*>(StateScanKernel<true>, scan_grid, 0, stream,
-                                             p, w.d_states, w.decays);
+    if (kBackward) {
+      cudaError_t err = LaunchKernel<bf16*, bf16*, float*>(
+          ChunkDecayKernel<kGate>, slices, 0, stream, p, w.decayed, w.pass_operand, w.decays);
+      if (err != cudaSuccess) return err;
+    }
   }
+  int slices = 1;
+  if (cudaError_t err = PickPassKeySlices<kGate>(p, passes, &slices); err != cudaSuccess) {
+    return err;
+  }
+  return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, passes, w, stream)
+                     : LaunchStatePass<kGate, 1>(without_final, passes, w, stream);
+}
+
+// Whether the states go by the sequential passes (head gate: always).
+template <Gate kGate>
+cudaError_t StatesByPass(const ChunkGatedParams& p, bool backward, bool* by_pass) {
+  *by_pass = true;
+  if constexpr (kGate == Gate::kChannel) {
+    return UseChannelStatePass<kGate>(p, backward ? 2 : 1, by_pass);
+  }
+  return cudaSuccess;
 }
 
 // o (forward) or dv (backward) from the states (forward) or their gradients (backward). The
-// channel gate's forward first writes the scores and the decayed queries; its backward reads the
-// forward's scores and the decayed keys ChannelGradQKKernel wrote.
+// channel gate's forward reads the scores and the decayed queries ChannelScoresKernel wrote, its
+// backward the forward's scores and the decayed keys ChannelGradQKKernel wrote.
 template <Gate kGate, bool kGradV>
 cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf16* states,
                          cudaStream_t stream) {
@@ -219,13 +281,6 @@ cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf
     return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>, slices,
                                      HeadOutputSmemBytes(p.k_dim), stream, p, states);
   } else {
-    if constexpr (!kGradV) {
-      cudaError_t err = LaunchKernel<bf16*, bf16*>(ChannelScoresKernel<kGate>,
-                                                   dim3(p.total_chunks, p.heads),
-                                                   sizeof(ScoresSmem), stream, p, p.intra_scores,
-                                                   w.decayed);
-      if (err != cudaSuccess) return err;
-    }
     return LaunchKernel<const bf16*, const bf16*, const bf16*>(
         ChannelOutputKernel<kGradV>, slices, ChannelOutputSmemBytes(p.k_dim), stream, p, states,
         p.intra_scores, w.decayed);
@@ -240,7 +295,18 @@ cudaError_t Forward(const ChunkGatedParams& params, cudaStream_t stream) {
   p.total_chunks = TotalChunks(params);
   Workspace w;
   CarveWorkspace(p, p.workspace, p.total_chunks, kGate, false, w);
-  if (cudaError_t err = ComputeStates<kGate, false>(p, w, stream); err != cudaSuccess) return err;
+  bool by_pass = true;
+  if (cudaError_t err = StatesByPass<kGate>(p, false, &by_pass); err != cudaSuccess) return err;
+  if constexpr (kGate == Gate::kChannel) {
+    // The scores and X first: with the state pass, the kernel also writes the pass's operands.
+    cudaError_t err = LaunchKernel<bf16*, bf16*, bf16*, float*>(
+        ChannelScoresKernel<kGate>, dim3(p.total_chunks, p.heads), sizeof(ScoresSmem), stream, p,
+        p.intra_scores, w.decayed, by_pass ? w.pass_operand : nullptr, w.decays);
+    if (err != cudaSuccess) return err;
+  }
+  if (cudaError_t err = ComputeStates<kGate, false>(p, w, by_pass, stream); err != cudaSuccess) {
+    return err;
+  }
   return LaunchOutput<kGate, false>(p, w, w.states, stream);
 }
 
@@ -252,7 +318,11 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
   p.total_chunks = TotalChunks(params);
   Workspace w;
   CarveWorkspace(p, p.workspace, p.total_chunks, kGate, true, w);
-  if (cudaError_t err = ComputeStates<kGate, true>(p, w, stream); err != cudaSuccess) return err;
+  bool by_pass = true;
+  if (cudaError_t err = StatesByPass<kGate>(p, true, &by_pass); err != cudaSuccess) return err;
+  if (cudaError_t err = ComputeStates<kGate, true>(p, w, by_pass, stream); err != cudaSuccess) {
+    return err;
+  }
   if constexpr (kGate == Gate::kHead) {
     if (cudaError_t err = LaunchOutput<kGate, true>(p, w, w.d_states, stream);
         err != cudaSuccess) {
@@ -272,10 +342,13 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
     HeadGateGradKernel<kGate><<<dim3(p.total_chunks, p.heads), kBT, 0, stream>>>(p, w.grad_parts);
     return cudaGetLastError();
   } else {
-    // dq, dk, dg first: the kernel also leaves the decayed keys that dv takes.
+    // dq, dk, dg first: the kernel also leaves the decayed keys that dv takes, unless
+    // ChunkDecayKernel left them for the state pass (not writing them again -- which also let
+    // ptxas drop the kernel's 8-byte spill -- took it from 1260 to 1167 us at (8,4096,8,256) on
+    // the H200).
     cudaError_t err = LaunchKernel<const bf16*, const bf16*, bf16*>(
         ChannelGradQKKernel<kGate>, ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK),
-        sizeof(ChannelGradSmem), stream, p, w.states, w.d_states, w.decayed);
+        sizeof(ChannelGradSmem), stream, p, w.states, w.d_states, by_pass ? nullptr : w.decayed);
     if (err != cudaSuccess) return err;
     return LaunchOutput<kGate, true>(p, w, w.d_states, stream);
   }

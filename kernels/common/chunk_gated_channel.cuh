@@ -6,7 +6,8 @@
 // factor can overflow; the diagonal sub-blocks are computed elementwise in fp32.
 //   ChannelScoresKernel  grid (chunks, H), forward: P = scale tril(A) (bf16) into intra_scores,
 //                        which the caller keeps for the backward, and the decayed operand
-//                        X = q scale 2^G into the workspace
+//                        X = q scale 2^G into the workspace; before the state pass also its
+//                        operands, k 2^(G_last - G) and G_last
 //   ChannelOutputKernel  grid (chunks x V/64, H): o = X h_c + P V, or dv = X dh_c + P^T dO
 //   ChannelGradQKKernel  grid (chunks x K/64, H): dq, dk and dg of one K slice (the channel
 //                        gate's dg is per key channel, so the slices are independent), and the
@@ -25,6 +26,7 @@
 #include <cstdint>
 
 #include "kernels/common/chunk_gated_params.h"
+#include "kernels/common/chunk_gated_states.cuh"
 #include "kernels/common/chunk_gated_tiles.cuh"
 #include "kernels/common/mma_tile.cuh"
 
@@ -202,13 +204,18 @@ __device__ inline void StoreDecayedSlice(bf16* decayed, const ChunkGatedParams& 
 }
 
 // One (chunk, head) per block: the scores summed over the K slices (synchronous loads; the
-// slice's decayed queries written as it goes), then P. (The slice's q, k and gate loads in flight
-// together, by cp.async, measured 5% slower: 980 against 936 us at (1,8192,96,128) on the H200.)
+// slice's decayed queries written as it goes), then P. Where the states go by the state pass
+// (pass_keys not null) the block also writes the pass's operands from the tiles it holds: the
+// decayed keys k 2^(G_last - G) into pass_keys and G_last per key channel into decays (what
+// ChunkDecayKernel writes for the backward; measured 158 us for that kernel alone at
+// (8,4096,8,256) on the H200). (The slice's q, k and gate loads in flight together, by cp.async,
+// measured 5% slower: 980 against 936 us at (1,8192,96,128) on the H200.)
 // (A template only so that the header defines it in each launcher's translation unit without a
 // clash.)
 template <Gate kGate>
-__global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams p, bf16* scores,
-                                                                bf16* decayed) {
+__global__ void __launch_bounds__(kThreads)
+    ChannelScoresKernel(ChunkGatedParams p, bf16* scores, bf16* decayed, bf16* pass_keys,
+                        float* decays) {
   static_assert(kGate == Gate::kChannel, "the head gate's scores are HeadOutputKernel's");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   ScoresSmem& s = *reinterpret_cast<ScoresSmem*>(smem_raw);
@@ -222,6 +229,13 @@ __global__ void __launch_bounds__(kThreads) ChannelScoresKernel(ChunkGatedParams
     LoadChannelGate(s.G, p, c, h, k0);  // synchronises
     AccumulateScores(s.A, s.q, s.k, s.G, s.scratch);
     StoreDecayedSlice<false>(decayed, p, c, h, k0, s.q, s.G);
+    if (pass_keys != nullptr) {
+      StoreDecayedSlice<true>(pass_keys, p, c, h, k0, s.k, s.G);
+      if (threadIdx.x < kBK) {
+        decays[DecayOffset(p, c.global, h, k0 + threadIdx.x)] =
+            s.G[(kBT - 1) * kLdF32 + threadIdx.x];
+      }
+    }
   }
   __syncthreads();
   ForBlockItems<kThreads, kBT * 8>([&](int idx) {
@@ -443,7 +457,9 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
   dq.Transform([&](int r, int col, float x) { return x * scale * Exp2(g(r, col)); });
   dk.Transform([&](int r, int col, float x) { return x * Exp2(g(kBT - 1, col) - g(r, col)); });
   const tile::Acc64 dk_inter = dk;
-  StoreDecayedSlice<true>(decayed, p, c, h, k0, s.k, s.G);  // dv's operand (ChannelOutputKernel)
+  // dv's operand (ChannelOutputKernel), unless the state pass's ChunkDecayKernel wrote it (the
+  // same keys, up to the rounding of the gate's cumsum).
+  if (decayed != nullptr) StoreDecayedSlice<true>(decayed, p, c, h, k0, s.k, s.G);
   bf16* ksub = s.Tiles(0);
   bf16* qsub = ksub + 96 * kLdBf16;
   BuildSubChunkOperands(ksub, qsub, s.q, s.k, s.G);

@@ -1,6 +1,7 @@
-// The per-chunk states of chunk_simple_gla (the per-head gate) by one sequential pass per state
-// tile. Device code; included through chunk_gated.cuh. (chunk_gla's per-channel gate still takes
-// the two parallel steps of chunk_gated_states.cuh.)
+// The per-chunk states by one sequential pass per state tile: chunk_simple_gla's (the per-head
+// gate), and chunk_gla's (the per-channel gate) from decayed operands written first. Device code;
+// included through chunk_gated.cuh. (chunk_gla can also take the two parallel steps of
+// chunk_gated_states.cuh.)
 //
 // A block carries one tile of one head's state -- key rows [k0, k0 + 64 kNk), value columns
 // [v0, v0 + 64) -- through one sequence's chunks in fp32 registers (kNk Acc64), storing it in
@@ -17,6 +18,12 @@
 // The tiles stream through kPassStages stages of cp.async copies, issued kPassStages - 1 chunks
 // ahead. The backward launches both passes in one grid (the states it recomputes and their
 // gradients), so twice as many blocks share the machine.
+//
+// The per-channel gate's decay differs per key row and token, so it cannot ride on the
+// right-hand fragments: for every chunk at once, the decayed keys K 2^(Gl - G) (and, backward,
+// the queries Q scale 2^G) and each chunk's Gl per key channel are written first (forward by
+// ChannelScoresKernel beside its scores, backward by ChunkDecayKernel); the pass then multiplies
+// those unscaled and decays its state rows by 2^Gl of their channel.
 //
 // Why this and not each chunk's update in parallel and then a scan over the chunks (the channel
 // gate's way, and this family's until now): that writes and reads every chunk's update once more
@@ -41,7 +48,9 @@
 
 #include <cstdint>
 
+#include "kernels/common/chunk_gated_channel.cuh"
 #include "kernels/common/chunk_gated_params.h"
+#include "kernels/common/chunk_gated_states.cuh"
 #include "kernels/common/chunk_gated_tiles.cuh"
 #include "kernels/common/mma_tile.cuh"
 
@@ -49,20 +58,59 @@ namespace flame::kernels::gated_chunk {
 
 constexpr int kPassStages = 4;
 
-// One stage: the left operand (k forward, q reverse: kNk 64-column slices of the block's key
-// rows) and the right-hand side (v forward, d_o reverse: the block's 64 value columns) of a
-// chunk, token-major bf16 tiles, and its gates (head gate g; unused with g_gamma).
-template <int kNk>
+// One stage: the left operand (k forward, q reverse -- the channel gate's decayed copies --:
+// kNk 64-column slices of the block's key rows) and the right-hand side (v forward, d_o reverse:
+// the block's 64 value columns) of a chunk, token-major bf16 tiles, and its gates (head gate: g
+// per token, unused with g_gamma; channel gate: Gl per key row of the block).
+template <Gate kGate, int kNk>
 struct PassStage {
   bf16 lhs[kNk][kTileElems];
   bf16 rhs[kTileElems];
-  float g[kBT];
+  float g[kGate == Gate::kChannel ? kNk * kBK : kBT];
 };
-static_assert(sizeof(PassStage<1>) % 16 == 0, "stages keep the tiles 16-byte aligned");
+static_assert(sizeof(PassStage<Gate::kHead, 1>) % 16 == 0, "stages keep the tiles aligned");
+static_assert(sizeof(PassStage<Gate::kChannel, 2>) % 16 == 0, "stages keep the tiles aligned");
 
-// kNk = 1: 74,752 bytes, three blocks per SM; kNk = 2: 111,616 bytes, two.
-template <int kNk>
-constexpr size_t kStatePassSmemBytes = kPassStages * sizeof(PassStage<kNk>);
+// kNk = 1: 74,752 bytes, three blocks per SM; kNk = 2: 111,616 bytes (channel gate 112,640), two.
+template <Gate kGate, int kNk>
+constexpr size_t kStatePassSmemBytes = kPassStages * sizeof(PassStage<kGate, kNk>);
+
+// The channel gate's pass operands, written by ChannelScoresKernel (forward) or ChunkDecayKernel
+// (backward): the decayed keys (forward pass) and queries (reverse pass), [chunks, H, 64, K] bf16
+// (DecayedOffset), and Gl per chunk and key channel (DecayOffset). Null for the head gate.
+struct DecayedOperands {
+  const bf16* keys = nullptr;
+  const bf16* queries = nullptr;
+  const float* decays = nullptr;
+};
+
+// The backward's pass operands, per (chunk, 64-wide K slice, head): K 2^(Gl - G) into `keys`,
+// Q scale 2^G into `queries`, and Gl into `decays` -- what the channel gate's StatePassKernel
+// multiplies. (The forward's come from ChannelScoresKernel, which holds those tiles anyway.)
+// Rows past the chunk's end are zero (their k and q tiles are zero-filled). (A template only so
+// that the header defines it in each launcher's translation unit without a clash.)
+template <Gate kGate>
+__global__ void __launch_bounds__(kThreads) ChunkDecayKernel(ChunkGatedParams p, bf16* keys,
+                                                             bf16* queries, float* decays) {
+  static_assert(kGate == Gate::kChannel, "the head gate's pass needs no decayed operands");
+  __shared__ __align__(128) float G[kBT * kLdF32];
+  __shared__ __align__(128) bf16 k_tile[kTileElems];
+  __shared__ __align__(128) bf16 q_tile[kTileElems];
+  const int ks = p.k_dim / kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(ks));
+  const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
+  AsyncRows(k_tile, p.k, p.qk_strides, c, h, k0);
+  AsyncRows(q_tile, p.q, p.qk_strides, c, h, k0);
+  __pipeline_commit();
+  LoadChannelGate(G, p, c, h, k0);  // overlaps the copies; synchronises
+  __pipeline_wait_prior(0);
+  __syncthreads();
+  if (threadIdx.x < kBK) {
+    decays[DecayOffset(p, c.global, h, k0 + threadIdx.x)] = G[(kBT - 1) * kLdF32 + threadIdx.x];
+  }
+  StoreDecayedSlice<true>(keys, p, c, h, k0, k_tile, G);
+  StoreDecayedSlice<false>(queries, p, c, h, k0, q_tile, G);
+}
 
 // bf16 pair x (low half first) times (f.x, f.y), rounded to bf16.
 __device__ inline uint32_t ScaleBf16Pair(uint32_t x, float2 f) {
@@ -75,14 +123,14 @@ __device__ inline uint32_t ScaleBf16Pair(uint32_t x, float2 f) {
 // every sequence (blockIdx.z = n). passes = 2 (backward): blockIdx.z = 2n + r, r = 0 the forward
 // pass (recomputing the states), r = 1 the reverse pass. The forward pass starts from
 // initial_state and ends in final_state (skipped where null), the reverse pass starts from
-// d_final_state and ends in d_initial_state. (The gate parameter, which has one value, lets both
-// launchers' translation units define the kernel.)
+// d_final_state and ends in d_initial_state. (The channel gate's operands are in `decayed`.)
 template <Gate kGate, int kNk>
 __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
-    StatePassKernel(ChunkGatedParams p, int passes, bf16* states, bf16* d_states) {
-  static_assert(kGate == Gate::kHead, "the channel gate's decay is not one factor per token");
+    StatePassKernel(ChunkGatedParams p, int passes, bf16* states, bf16* d_states,
+                    DecayedOperands decayed) {
+  constexpr bool kChannel = kGate == Gate::kChannel;
   extern __shared__ __align__(128) unsigned char smem_raw[];
-  PassStage<kNk>* stages = reinterpret_cast<PassStage<kNk>*>(smem_raw);
+  PassStage<kGate, kNk>* stages = reinterpret_cast<PassStage<kGate, kNk>*>(smem_raw);
   const int n = blockIdx.z / passes, h = blockIdx.y;
   const bool reverse = blockIdx.z % passes == 1;
   const int v_tiles = p.v_dim / kBK;
@@ -92,10 +140,14 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
   const auto chunk_at = [&](int step) {
     return MakeChunk(n, seq, reverse ? chunks - 1 - step : step);
   };
-  const bf16* lhs_src = reverse ? p.q : p.k;
+  const bf16* lhs_src =
+      kChannel ? (reverse ? decayed.queries : decayed.keys) : (reverse ? p.q : p.k);
   const bf16* rhs_src = reverse ? p.d_o : p.v;
-  // Every address's per-thread part is formed once; a chunk adds its own base.
-  const TileCopy lhs_copy(p.qk_strides), rhs_copy(p.v_strides);
+  // Every address's per-thread part is formed once; a chunk adds its own base. (The channel
+  // gate's decayed operands are [chunks, H, 64, K]: rows K apart.)
+  TensorStrides decayed_rows;
+  decayed_rows.token = p.k_dim;
+  const TileCopy lhs_copy(kChannel ? decayed_rows : p.qk_strides), rhs_copy(p.v_strides);
   const int gate_row = threadIdx.x;  // threads [0, 64) copy a gate each
   const int64_t gate_offset = gate_row * p.g_strides.token;
   const int64_t chunk_states = int64_t{p.heads} * p.k_dim * p.v_dim;
@@ -104,13 +156,20 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
 
   const auto issue = [&](int step) {
     if (step < chunks) {
-      PassStage<kNk>& s = stages[step % kPassStages];
+      PassStage<kGate, kNk>& s = stages[step % kPassStages];
       const Chunk c = chunk_at(step);
-      const bf16* lhs_rows = ChunkRows(lhs_src, p.qk_strides, c, h, k0);
+      const bf16* lhs_rows = kChannel ? lhs_src + DecayedOffset(p, c.global, h, 0) + k0
+                                      : ChunkRows(lhs_src, p.qk_strides, c, h, k0);
 #pragma unroll
       for (int i = 0; i < kNk; ++i) lhs_copy.Issue(s.lhs[i], lhs_rows + i * kBK, c.rows);
       rhs_copy.Issue(s.rhs, ChunkRows(rhs_src, p.v_strides, c, h, v0), c.rows);
-      if (p.g != nullptr && gate_row < kBT) {
+      if constexpr (kChannel) {  // Gl of the block's key rows, four per thread
+        if (threadIdx.x < kNk * kBK / 4) {
+          __pipeline_memcpy_async(
+              &s.g[4 * threadIdx.x],
+              decayed.decays + DecayOffset(p, c.global, h, k0) + 4 * threadIdx.x, 16);
+        }
+      } else if (p.g != nullptr && gate_row < kBT) {
         const bool valid = gate_row < c.rows;
         const float* gates = RowPtr(p.g, p.g_strides, c.batch, c.t0, h);
         __pipeline_memcpy_async(&s.g[gate_row], valid ? gates + gate_offset : gates,
@@ -140,48 +199,68 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
     __pipeline_wait_prior(kPassStages - 2);
     __syncthreads();  // this step's stage is in; every warp is done with the previous stage
     issue(step + kPassStages - 1);
-    const PassStage<kNk>& s = stages[step % kPassStages];
-
-    // The chunk's gates, tokens 2 lane and 2 lane + 1, scanned across the warp (padded rows
-    // add 0, so the last lane's sum is the chunk's total).
-    float2 g = make_float2(0.0f, 0.0f);
-    if (p.g != nullptr) {
-      g = *reinterpret_cast<const float2*>(&s.g[2 * lane]);
+    const PassStage<kGate, kNk>& s = stages[step % kPassStages];
+    if constexpr (kChannel) {
+      // Each state row decays by 2^Gl of its key channel; then acc += lhs^T rhs, both unscaled.
+#pragma unroll
+      for (int i = 0; i < kNk; ++i) {
+#pragma unroll
+        for (int part = 0; part < 2; ++part) {
+#pragma unroll
+          for (int half = 0; half < 2; ++half) {
+            const float f = Exp2(s.g[i * kBK + tile::Acc64::ElementRow(part, 2 * half)]);
+#pragma unroll
+            for (int e = 2 * half; e < 8; e += 4) {
+              acc[i].part[part].x[e] *= f;
+              acc[i].part[part].x[e + 1] *= f;
+            }
+          }
+        }
+      }
+      tile::MmaBf16Acc64<false, true, kNk>(acc, kBT, s.lhs[0], kLdBf16, kTileElems, s.rhs,
+                                           kLdBf16, [](uint32_t(&)[4], int) {});
     } else {
-      g.x = 2 * lane < c.rows ? gamma : 0.0f;
-      g.y = 2 * lane + 1 < c.rows ? gamma : 0.0f;
-    }
-    float sum = g.x + g.y;
+      // The chunk's gates, tokens 2 lane and 2 lane + 1, scanned across the warp (padded rows
+      // add 0, so the last lane's sum is the chunk's total).
+      float2 g = make_float2(0.0f, 0.0f);
+      if (p.g != nullptr) {
+        g = *reinterpret_cast<const float2*>(&s.g[2 * lane]);
+      } else {
+        g.x = 2 * lane < c.rows ? gamma : 0.0f;
+        g.y = 2 * lane + 1 < c.rows ? gamma : 0.0f;
+      }
+      float sum = g.x + g.y;
 #pragma unroll
-    for (int off = 1; off < 32; off *= 2) {
-      const float y = __shfl_up_sync(0xffffffffu, sum, off);
-      if (lane >= off) sum += y;
-    }
-    const float g1 = sum * kRcpLn2, g0 = (sum - g.y) * kRcpLn2;
-    const float g_last = __shfl_sync(0xffffffffu, sum, 31) * kRcpLn2;
-    // This lane's tokens' factors: 2^(Gl - G) forward, scale 2^G reverse (exponents <= 0).
-    const float2 own = reverse ? make_float2(p.scale * exp2f(g0), p.scale * exp2f(g1))
-                               : make_float2(exp2f(g_last - g0), exp2f(g_last - g1));
+      for (int off = 1; off < 32; off *= 2) {
+        const float y = __shfl_up_sync(0xffffffffu, sum, off);
+        if (lane >= off) sum += y;
+      }
+      const float g1 = sum * kRcpLn2, g0 = (sum - g.y) * kRcpLn2;
+      const float g_last = __shfl_sync(0xffffffffu, sum, 31) * kRcpLn2;
+      // This lane's tokens' factors: 2^(Gl - G) forward, scale 2^G reverse (exponents <= 0).
+      const float2 own = reverse ? make_float2(p.scale * exp2f(g0), p.scale * exp2f(g1))
+                                 : make_float2(exp2f(g_last - g0), exp2f(g_last - g1));
 
-    const float decay = exp2f(g_last);
+      const float decay = exp2f(g_last);
 #pragma unroll
-    for (int i = 0; i < kNk; ++i) acc[i].Scale(decay);
-    // acc += lhs^T (rhs * f), every key slice against the same scaled right-hand fragments:
-    // rhs's fragment at k offset l holds rows l + 2t, l + 2t + 1 (b0) and those + 8 (b1), i.e.
-    // the token pairs l / 2 + t and l / 2 + t + 4.
-    const auto scale_rows = [&](uint32_t (&fb)[4], int l) {
-      const int pair = l / 2 + t;
-      const float2 lo = make_float2(__shfl_sync(0xffffffffu, own.x, pair),
-                                    __shfl_sync(0xffffffffu, own.y, pair));
-      const float2 hi = make_float2(__shfl_sync(0xffffffffu, own.x, pair + 4),
-                                    __shfl_sync(0xffffffffu, own.y, pair + 4));
-      fb[0] = ScaleBf16Pair(fb[0], lo);
-      fb[2] = ScaleBf16Pair(fb[2], lo);
-      fb[1] = ScaleBf16Pair(fb[1], hi);
-      fb[3] = ScaleBf16Pair(fb[3], hi);
-    };
-    tile::MmaBf16Acc64<false, true, kNk>(acc, kBT, s.lhs[0], kLdBf16, kTileElems, s.rhs, kLdBf16,
-                                         scale_rows);
+      for (int i = 0; i < kNk; ++i) acc[i].Scale(decay);
+      // acc += lhs^T (rhs * f), every key slice against the same scaled right-hand fragments:
+      // rhs's fragment at k offset l holds rows l + 2t, l + 2t + 1 (b0) and those + 8 (b1), i.e.
+      // the token pairs l / 2 + t and l / 2 + t + 4.
+      const auto scale_rows = [&](uint32_t (&fb)[4], int l) {
+        const int pair = l / 2 + t;
+        const float2 lo = make_float2(__shfl_sync(0xffffffffu, own.x, pair),
+                                      __shfl_sync(0xffffffffu, own.y, pair));
+        const float2 hi = make_float2(__shfl_sync(0xffffffffu, own.x, pair + 4),
+                                      __shfl_sync(0xffffffffu, own.y, pair + 4));
+        fb[0] = ScaleBf16Pair(fb[0], lo);
+        fb[2] = ScaleBf16Pair(fb[2], lo);
+        fb[1] = ScaleBf16Pair(fb[1], hi);
+        fb[3] = ScaleBf16Pair(fb[3], hi);
+      };
+      tile::MmaBf16Acc64<false, true, kNk>(acc, kBT, s.lhs[0], kLdBf16, kTileElems, s.rhs,
+                                           kLdBf16, scale_rows);
+    }
   }
 
   float* last = reverse ? p.d_initial_state : p.final_state;

@@ -10,12 +10,12 @@
 
 namespace flame::kernels {
 
-// *waves = ceil(blocks / (blocks per SM x SMs)) for `kernel` at `threads` threads and `smem` bytes
-// of dynamic shared memory, whose limit this raises (as a launch would need); 0 where a block
-// does not fit: more shared memory than the device allows a block, or no block per SM.
-inline cudaError_t GridWaves(const void* kernel, int threads, size_t smem, int64_t blocks,
-                             int64_t* waves) {
-  *waves = 0;
+// *slots = blocks per SM x SMs for `kernel` at `threads` threads and `smem` bytes of dynamic
+// shared memory, whose limit this raises first (as a launch would need; the occupancy
+// calculator counts a block above 48 KB as not fitting until it is raised); 0 where a block does
+// not fit: more shared memory than the device allows a block, or no block per SM.
+inline cudaError_t GridSlots(const void* kernel, int threads, size_t smem, int64_t* slots) {
+  *slots = 0;
   int device = 0, smem_limit = 0, sms = 0;
   cudaError_t err;
   if ((err = cudaGetDevice(&device)) != cudaSuccess ||
@@ -32,10 +32,17 @@ inline cudaError_t GridWaves(const void* kernel, int threads, size_t smem, int64
           cudaSuccess) {
     return err;
   }
-  if (per_sm > 0) {
-    const int64_t slots = int64_t{per_sm} * sms;
-    *waves = (blocks + slots - 1) / slots;
-  }
+  *slots = int64_t{per_sm} * sms;
+  return cudaSuccess;
+}
+
+// *waves = ceil(blocks / GridSlots); 0 where a block does not fit.
+inline cudaError_t GridWaves(const void* kernel, int threads, size_t smem, int64_t blocks,
+                             int64_t* waves) {
+  *waves = 0;
+  int64_t slots = 0;
+  if (cudaError_t err = GridSlots(kernel, threads, smem, &slots); err != cudaSuccess) return err;
+  if (slots > 0) *waves = (blocks + slots - 1) / slots;
   return cudaSuccess;
 }
 

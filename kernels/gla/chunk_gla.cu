@@ -23,4 +23,10 @@ cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream
   return gated_chunk::Backward<gated_chunk::Gate::kChannel>(params, stream);
 }
 
+cudaError_t GlaChunkUsesStatePass(const ChunkGatedParams& params, bool backward, bool* uses) {
+  ChunkGatedParams p = params;
+  p.num_seqs = gated_chunk::NumSeqs(params);
+  return gated_chunk::UseChannelStatePass<gated_chunk::Gate::kChannel>(p, backward ? 2 : 1, uses);
+}
+
 }  // namespace flame::kernels

@@ -28,4 +28,10 @@ cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream)
 // the initial-state gradient; reads the scores the forward wrote.
 cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream);
 
+// Whether a launch of these sizes (batch or cu_seqlens' sequences, heads, k_dim, v_dim) takes
+// the states by the sequential state pass rather than by each chunk's update and a scan over the
+// chunks. Both are exact; the choice is speed, by how much of the current device the pass's grid
+// fills. For tests that must cover both, and for profiles.
+cudaError_t GlaChunkUsesStatePass(const ChunkGatedParams& params, bool backward, bool* uses);
+
 }  // namespace flame::kernels

@@ -44,11 +44,13 @@ TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   const size_t states = 4 * 2 * 128 * 64 * 2;     // bf16 per chunk and head (twice backward)
   const size_t dg_sums = 8448;                    // head gate, backward: 4 x 2 x 2 x 129 fp32
   const size_t channel_decays = 4 * 2 * 128 * 4;  // channel gate: fp32 per chunk and key channel
-  const size_t decayed = 4 * 2 * 64 * 128 * 2;    // channel gate: bf16 decayed q or k
+  // Channel gate: two bf16 decayed copies of q or k (the output kernel's operand, the state
+  // pass's other one).
+  const size_t decayed = 4 * 2 * 64 * 128 * 2;
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, false), states);
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), 2 * states + dg_sums);
-  EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + decayed);
-  EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + decayed);
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + 2 * decayed);
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + 2 * decayed);
   // chunk_gla's scores are the caller's, kept from the forward: bf16 64 x 64 per chunk and head.
   EXPECT_EQ(GlaChunkScoresBytes(p), size_t{4} * 2 * 64 * 64 * 2);
 }
