@@ -21,8 +21,9 @@
 //                        of the GPU; else ChunkUpdateKernel + StateScanKernel, each chunk's own
 //                        update in parallel, then an elementwise scan over the chunks
 //                        (chunk_gated_states.cuh)
-//   head gate:           HeadOutputKernel (o or dv), HeadGradQKKernel + HeadGateGradKernel (dq,
-//                        dk, dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
+//   head gate:           HeadOutputKernel (o, and the scores, kept for the backward in
+//                        intra_scores; or dv), HeadGradQKKernel + HeadGateGradKernel (dq, dk,
+//                        dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
 //   channel gate:        ChannelScoresKernel (forward: the scores, kept for the backward in
 //                        intra_scores) + ChannelOutputKernel (o or dv), ChannelGradQKKernel (dq,
 //                        dk, dg, and the decayed keys for dv); chunk_gated_channel.cuh
@@ -73,8 +74,8 @@ inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 // of ChannelOutputKernel (forward q scale 2^G from ChannelScoresKernel; backward k 2^(G_last - G),
 // which is also the state pass's decayed keys: ChunkDecayKernel writes them for the pass,
 // ChannelGradQKKernel the same values again), and `pass_operand`, the state pass's other decayed
-// operand (forward its keys, backward its queries q scale 2^G). The channel gate's scores are the
-// caller's (intra_scores), kept from the forward for the backward.
+// operand (forward its keys, backward its queries q scale 2^G). The scores are the caller's
+// (intra_scores), kept from the forward for the backward.
 struct Workspace {
   bf16* states = nullptr;
   bf16* d_states = nullptr;
@@ -119,8 +120,7 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
                                                      p.total_chunks > 0);
   const bool gates = gate == Gate::kChannel ? p.g != nullptr
                                             : (p.g != nullptr) != (p.g_gamma != nullptr);
-  const bool scores =
-      gate == Gate::kHead || (p.intra_scores != nullptr && IsAligned16(p.intra_scores));
+  const bool scores = p.intra_scores != nullptr && IsAligned16(p.intra_scores);
   const bool inputs = p.q && p.k && p.v && IsAligned16(p.q) && IsAligned16(p.k) &&
                       IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
                       Bf16RowsAligned(p.v_strides) && p.workspace;
@@ -279,7 +279,7 @@ cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf
   const dim3 slices = ChunkSliceGrid(p.total_chunks, p.heads, p.v_dim / kBK);
   if constexpr (kGate == Gate::kHead) {
     return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>, slices,
-                                     HeadOutputSmemBytes(p.k_dim), stream, p, states);
+                                     HeadOutputSmemBytes(p.k_dim, kGradV), stream, p, states);
   } else {
     return LaunchKernel<const bf16*, const bf16*, const bf16*>(
         ChannelOutputKernel<kGradV>, slices, ChannelOutputSmemBytes(p.k_dim), stream, p, states,

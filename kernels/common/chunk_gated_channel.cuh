@@ -155,16 +155,9 @@ __device__ inline void AccumulateScores(float* A, const bf16* q, const bf16* k, 
 // rows) in a 96-row scratch: 0, 48, 80.
 __device__ inline int QsubOffset(int s) { return s == 0 ? 0 : (s == 1 ? 48 : 80); }
 
-// Layouts of the scores (the caller's intra_scores) and of the decayed operand (workspace):
-// [chunks, H, 64, 64] and [chunks, H, 64, K] bf16.
-inline size_t ScoresBytes(const ChunkGatedParams& p, int chunks) {
-  return static_cast<size_t>(chunks) * p.heads * kBT * kBT * sizeof(bf16);
-}
+// Layout of the decayed operand (workspace): [chunks, H, 64, K] bf16.
 inline size_t DecayedBytes(const ChunkGatedParams& p, int chunks) {
   return static_cast<size_t>(chunks) * p.heads * kBT * p.k_dim * sizeof(bf16);
-}
-__device__ inline int64_t ScoresOffset(const ChunkGatedParams& p, int global, int h) {
-  return (int64_t{global} * p.heads + h) * kBT * kBT;
 }
 __device__ inline int64_t DecayedOffset(const ChunkGatedParams& p, int global, int h, int row) {
   return ((int64_t{global} * p.heads + h) * kBT + row) * p.k_dim;
@@ -251,14 +244,6 @@ __global__ void __launch_bounds__(kThreads)
 // slice, the right-hand tile, P. K = 128: 6 tiles, 55 KB.
 inline size_t ChannelOutputSmemBytes(int k_dim) {
   return static_cast<size_t>(2 * (k_dim / kBK) + 2) * kTileElems * sizeof(bf16);
-}
-
-// Asynchronous copy of a 64 x 64 block of a row-major bf16 matrix with leading dimension ld.
-__device__ inline void AsyncBlock(bf16* dst, const bf16* src, int64_t ld) {
-  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
-    const int r = idx / 8, c8 = idx % 8;
-    __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8, src + r * ld + c8 * 8, 16);
-  });
 }
 
 // forward:  o[:, v]  = X h_c[:, v] + P V[:, v]      (X = q scale 2^G)

@@ -71,10 +71,10 @@ struct ChunkGatedParams {
   float* dg = nullptr;                   // like g; not written with g_gamma
   float* d_initial_state = nullptr;      // [N,H,K,V], optional
 
-  // --- chunk_gla only: the intra-chunk scores, kept from the forward for the backward ---
-  // [total chunks, H, 64, 64] bf16 (GlaChunkScoresBytes), 16-byte aligned, required by both
-  // chunk_gla launchers (null for chunk_simple_gla). The forward writes the masked scores there;
-  // the backward, given the same q, k, g and sequences, reads them instead of recomputing them
+  // --- the intra-chunk scores, kept from the forward for the backward ---
+  // [total chunks, H, 64, 64] bf16 (GlaChunkScoresBytes, SimpleGlaChunkScoresBytes), 16-byte
+  // aligned, required by every launcher. The forward writes the masked scores there; the
+  // backward, given the same q, k, gate and sequences, reads them instead of recomputing them
   // (fla's chunk_gla keeps its A the same way).
   __nv_bfloat16* intra_scores = nullptr;
 

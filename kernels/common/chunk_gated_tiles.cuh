@@ -183,6 +183,23 @@ __device__ inline void AsyncRows(bf16* dst, const bf16* base, const TensorStride
   TileCopy(s).Issue(dst, ChunkRows(base, s, c, h, col0), c.rows);
 }
 
+// The intra-chunk scores P (the caller's intra_scores), kept from the forward for the backward:
+// [chunks, H, 64, 64] bf16.
+inline size_t ScoresBytes(const ChunkGatedParams& p, int chunks) {
+  return static_cast<size_t>(chunks) * p.heads * kBT * kBT * sizeof(bf16);
+}
+__device__ inline int64_t ScoresOffset(const ChunkGatedParams& p, int global, int h) {
+  return (int64_t{global} * p.heads + h) * kBT * kBT;
+}
+
+// Asynchronous copy of a 64 x 64 block of a row-major bf16 matrix with leading dimension ld.
+__device__ inline void AsyncBlock(bf16* dst, const bf16* src, int64_t ld) {
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
+    const int r = idx / 8, c8 = idx % 8;
+    __pipeline_memcpy_async(dst + r * kLdBf16 + c8 * 8, src + r * ld + c8 * 8, 16);
+  });
+}
+
 // Asynchronous copy of state rows [k0, k0 + 64) x columns [v0, v0 + 64) of chunk `global`.
 __device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const ChunkGatedParams& p,
                                       int global, int h, int k0, int v0) {

@@ -9,6 +9,10 @@ size_t SimpleGlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backwar
   return gated_chunk::WorkspaceBytes(params, gated_chunk::Gate::kHead, backward);
 }
 
+size_t SimpleGlaChunkScoresBytes(const ChunkGatedParams& params) {
+  return gated_chunk::ScoresBytes(params, gated_chunk::TotalChunks(params));
+}
+
 cudaError_t SimpleGlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {
   return gated_chunk::Forward<gated_chunk::Gate::kHead>(params, stream);
 }

@@ -5,7 +5,8 @@
 //
 // Fields of ChunkGatedParams used: g [B,T,H] fp32 (natural-log decay) XOR g_gamma [H] fp32;
 // g_strides.head is the stride between heads of g (1 when contiguous). q, k, v, o, d_o, dq, dk,
-// dv bf16; states and dg fp32. With g_gamma no gate gradient is produced.
+// dv bf16; states and dg fp32; intra_scores (bf16) is required. With g_gamma no gate gradient is
+// produced.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -19,11 +20,14 @@ namespace flame::kernels {
 // Device scratch the launchers need in params.workspace.
 size_t SimpleGlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward);
 
-// Writes o and, when params.final_state is set, the final state.
+// Size of params.intra_scores, which the caller keeps from the forward to the backward.
+size_t SimpleGlaChunkScoresBytes(const ChunkGatedParams& params);
+
+// Writes o, the intra-chunk scores and, when params.final_state is set, the final state.
 cudaError_t SimpleGlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream);
 
 // Recomputes the states, then writes dq, dk, dv, dg (when g is given) and, when
-// params.d_initial_state is set, the initial-state gradient.
+// params.d_initial_state is set, the initial-state gradient; reads the scores the forward wrote.
 cudaError_t SimpleGlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream);
 
 }  // namespace flame::kernels

@@ -230,9 +230,9 @@ Timed MakeGated(const std::string& op, const Shape& s, Buffers& buf) {
       gla ? std::max(GlaChunkWorkspaceBytes(p, true), GlaChunkWorkspaceBytes(p, false))
           : std::max(SimpleGlaChunkWorkspaceBytes(p, true), SimpleGlaChunkWorkspaceBytes(p, false));
   p.workspace = buf.Alloc<unsigned char>(ws);
-  // chunk_gla's scores, kept from the forward for the backward: counted with the workspace.
-  const size_t scores = gla ? GlaChunkScoresBytes(p) : 0;
-  if (gla) p.intra_scores = buf.Alloc<__nv_bfloat16>(scores / sizeof(__nv_bfloat16));
+  // The scores, kept from the forward for the backward: counted with the workspace.
+  const size_t scores = gla ? GlaChunkScoresBytes(p) : SimpleGlaChunkScoresBytes(p);
+  p.intra_scores = buf.Alloc<__nv_bfloat16>(scores / sizeof(__nv_bfloat16));
 
   const double C = kGatedChunkSize, K = s.D, V = s.D, gb = gla ? 4.0 * K : 4.0;
   Timed t;

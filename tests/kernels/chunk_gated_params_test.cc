@@ -51,11 +51,12 @@ TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), 2 * states + dg_sums);
   EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + 2 * decayed);
   EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + 2 * decayed);
-  // chunk_gla's scores are the caller's, kept from the forward: bf16 64 x 64 per chunk and head.
+  // The scores are the caller's, kept from the forward: bf16 64 x 64 per chunk and head.
   EXPECT_EQ(GlaChunkScoresBytes(p), size_t{4} * 2 * 64 * 64 * 2);
+  EXPECT_EQ(SimpleGlaChunkScoresBytes(p), size_t{4} * 2 * 64 * 64 * 2);
 }
 
-TEST(GatedChunkLaunchers, GlaRejectsMissingOrMisalignedScores) {
+TEST(GatedChunkLaunchers, RejectMissingOrMisalignedScores) {
   ChunkGatedParams p = ValidUniformParams();
   alignas(16) static unsigned char workspace[16];
   p.workspace = workspace;
@@ -63,12 +64,13 @@ TEST(GatedChunkLaunchers, GlaRejectsMissingOrMisalignedScores) {
   static float dg[8];
   p.dg = dg;
   __nv_bfloat16* const scores = p.intra_scores;
-  p.intra_scores = nullptr;
-  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(GlaChunkBackward(p, nullptr), cudaErrorInvalidValue);
-  p.intra_scores = scores + 1;  // 2-byte aligned only
-  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
-  EXPECT_EQ(GlaChunkBackward(p, nullptr), cudaErrorInvalidValue);
+  for (__nv_bfloat16* bad : {static_cast<__nv_bfloat16*>(nullptr), scores + 1 /* 2-byte */}) {
+    p.intra_scores = bad;
+    EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(GlaChunkBackward(p, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(SimpleGlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+    EXPECT_EQ(SimpleGlaChunkBackward(p, nullptr), cudaErrorInvalidValue);
+  }
 }
 
 TEST(GatedChunkLaunchers, RejectHeadDimsThatAreNotMultiplesOf64) {

@@ -131,9 +131,9 @@ inline void RunCase(const Case& c) {
   const size_t ws_fwd = gla ? GlaChunkWorkspaceBytes(p, false) : SimpleGlaChunkWorkspaceBytes(p, false);
   Device<unsigned char> ws(std::max(ws_bytes, ws_fwd));
   p.workspace = ws.get();
-  // chunk_gla's forward leaves its scores here for the backward.
-  Device<unsigned char> scores(gla ? GlaChunkScoresBytes(p) : 1);
-  if (gla) p.intra_scores = reinterpret_cast<__nv_bfloat16*>(scores.get());
+  // The forward leaves its scores here for the backward.
+  Device<unsigned char> scores(gla ? GlaChunkScoresBytes(p) : SimpleGlaChunkScoresBytes(p));
+  p.intra_scores = reinterpret_cast<__nv_bfloat16*>(scores.get());
 
   ASSERT_EQ(gla ? GlaChunkForward(p, nullptr) : SimpleGlaChunkForward(p, nullptr), cudaSuccess);
   ASSERT_EQ(gla ? GlaChunkBackward(p, nullptr) : SimpleGlaChunkBackward(p, nullptr), cudaSuccess);

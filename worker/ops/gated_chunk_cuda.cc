@@ -65,12 +65,12 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     const ChunkSeqlens seqs{Value(cu_seqlens_in), Value(chunk_offsets_in), total_chunks};
     const c10::cuda::CUDAGuard guard(q.device());
     kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, seqs, scale, channel_gate);
-    torch::Tensor scores;
-    if (channel_gate) {
-      scores = torch::empty({static_cast<int64_t>(kernels::GlaChunkScoresBytes(p))},
-                            q.options().dtype(torch::kUInt8));
-      p.intra_scores = static_cast<__nv_bfloat16*>(scores.data_ptr());
-    }
+    // The intra-chunk scores, kept for the backward.
+    const size_t scores_bytes = channel_gate ? kernels::GlaChunkScoresBytes(p)
+                                             : kernels::SimpleGlaChunkScoresBytes(p);
+    const torch::Tensor scores = torch::empty({static_cast<int64_t>(scores_bytes)},
+                                              q.options().dtype(torch::kUInt8));
+    p.intra_scores = static_cast<__nv_bfloat16*>(scores.data_ptr());
     const variable_list out =
         RunChunkForward(channel_gate ? kGla : kSimpleGla, q, v, seqs, output_final_state, &p);
 
@@ -92,7 +92,7 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     const ChunkSeqlens seqs{saved[6], saved[7], ctx->saved_data["total_chunks"].toInt()};
     kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, seqs,
                                              ctx->saved_data["scale"].toDouble(), channel_gate);
-    if (channel_gate) p.intra_scores = static_cast<__nv_bfloat16*>(saved[8].data_ptr());
+    p.intra_scores = static_cast<__nv_bfloat16*>(saved[8].data_ptr());
     const torch::Tensor dg = g.defined() ? torch::empty_like(g) : torch::Tensor();
     p.dg = Fp32Ptr(dg);
     const ChunkGrads d = RunChunkBackward(channel_gate ? kGla : kSimpleGla, grads, q, k, v, h0, &p);
