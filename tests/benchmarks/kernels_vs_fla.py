@@ -17,8 +17,11 @@ the run is split in two, all under one TRITON_CACHE_DIR:
      workers (shards), shard s compiling the s-th of every n configs the autotuner tries. The
      cores are shared out by each op's compile work (COMPILE_WEIGHT): on the 16-core H200 host,
      FLA_OPS=chunk_gla gave five workers per group, all done in 180-230 s; all four ops get
-     one each there (chunk_gla two or three), too few to finish chunk_gla -- the 32 cores of
-     the nvidia-h200-x2 kind give it five and most other pairs two (not yet run there).
+     one each there (chunk_gla two or three), too few to finish chunk_gla. On a host of several
+     GPUs the workers run on GPUs 1.. (at most WORKERS_PER_GPU each), leaving GPU 0, where
+     everything is timed, to the timed runs: on nvidia-h200-x2, 31 workers on GPU 0 beside the
+     timing held ~135 GB between them, and fla's chunk_gla and delta rule ran out of memory at
+     the long shapes.
   2. `run` times ours, then SDPA at every shape, then each (op, group) whose worker has finished:
      the workers still compiling are paused (SIGSTOP) while anything is timed, so the GPU and
      CPU are quiet; fla then autotunes for real (every config timed with do_bench, warmup 5 ms,
@@ -68,6 +71,10 @@ FLA_OPS = [op for op in os.environ.get("FLA_OPS", ",".join(OPS)).split(",") if o
 # took 890-1100 core-seconds per group on the H200 host (5 workers, 177-233 s), the others'
 # 300-470 s with one worker each (12 workers on 16 cores).
 COMPILE_WEIGHT = {"chunk_gla": 3.0}
+
+# Warm-up workers per GPU on a host of several GPUs: 31 on one H200 held ~135 of its 140 GB
+# (beside the timed runs, which then ran out of memory).
+WORKERS_PER_GPU = 32
 
 torch = None  # imported where needed, so that `table` also works where torch is absent
 F = None
@@ -204,6 +211,19 @@ def share_cores(pairs, cores):
     return shards
 
 
+def gpu_count():
+    """GPUs on this host (nvidia-smi -L; no torch import), 1 where that cannot tell; 1 as well
+    where CUDA_VISIBLE_DEVICES already chooses, so that a caller's choice stands."""
+    if "CUDA_VISIBLE_DEVICES" in os.environ:
+        return 1
+    try:
+        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    return max(1, sum(line.startswith("GPU ") for line in out.splitlines()))
+
+
 def warm_all(args):
     os.makedirs(args.state_dir, exist_ok=True)
     env = dict(os.environ, PYTHONUNBUFFERED="1")
@@ -211,22 +231,33 @@ def warm_all(args):
     if unknown:
         sys.exit(f"FLA_OPS: unknown ops {unknown}; the ops are {OPS}")
     pairs = [(op, g) for op in FLA_OPS for g in range(len(GROUPS))]
-    shards = share_cores(pairs, os.cpu_count() or 1)
+    # With several GPUs the workers keep off GPU 0, where the timed runs go.
+    gpus = gpu_count()
+    worker_gpus = list(range(1, gpus)) or [None]
+    workers = os.cpu_count() or 1
+    if gpus > 1:
+        workers = min(workers, WORKERS_PER_GPU * len(worker_gpus))
+    shards = share_cores(pairs, workers)
     for (op, g), n in shards.items():
         with open(os.path.join(args.state_dir, f"{op}.{g}.shards"), "w") as f:
             f.write(str(n))
+    started = 0
     for op, g in pairs:
         for shard in range(shards[(op, g)]):
             log = open(os.path.join(args.state_dir, f"{op}.{g}.{shard}.log"), "w")
+            gpu = worker_gpus[started % len(worker_gpus)]
+            started += 1
+            worker_env = env if gpu is None else dict(env, CUDA_VISIBLE_DEVICES=str(gpu))
             # Lower priority than the kernel build and the timed runs; own session, so that
             # pausing and ending them touches nothing else.
             subprocess.Popen(["nice", "-n", "10", sys.executable, os.path.abspath(__file__),
                               "warm", "--op", op, "--group", str(g), "--shard", str(shard),
                               "--shards", str(shards[(op, g)]), "--state-dir", args.state_dir],
-                             stdout=log, stderr=subprocess.STDOUT, env=env,
+                             stdout=log, stderr=subprocess.STDOUT, env=worker_env,
                              start_new_session=True)
-    print(f"{len(pairs)} (op, shape group) pairs on {os.cpu_count()} cores; compile workers: "
-          + ", ".join(f"{op}.{g} {n}" for (op, g), n in shards.items()))
+    where = "" if gpus == 1 else f", on GPUs {worker_gpus}"
+    print(f"{len(pairs)} (op, shape group) pairs on {os.cpu_count()} cores{where}; "
+          "compile workers: " + ", ".join(f"{op}.{g} {n}" for (op, g), n in shards.items()))
     return 0
 
 

@@ -12,8 +12,9 @@
 # FLA_OPS (e.g. chunk_gla) narrows the run to those ops (ours and fla's), and gives their compiles
 # more workers each; SDPA is timed as always. The workers share the host's cores by each op's
 # compile work: on nvidia-h200 (16 cores) FLA_OPS=chunk_gla finished fla's warm-up in 180-230 s,
-# while all four ops leave chunk_gla too few workers to finish; nvidia-h200-x2 (32 cores) gives
-# it as many as that run had (expected to fit all four ops in one call; not yet run).
+# while all four ops leave chunk_gla too few workers to finish; on nvidia-h200-x2 (32 cores) all
+# four ops' warm-ups and timings finished in 270 s, the workers (on GPU 1 where there are two;
+# see kernels_vs_fla.py) leaving GPU 0 to the timing.
 set -uo pipefail
 start=$(date +%s)
 OUT=${OUT:-out}
