@@ -17,11 +17,10 @@ the run is split in two, all under one TRITON_CACHE_DIR:
      workers (shards), shard s compiling the s-th of every n configs the autotuner tries. The
      cores are shared out by each op's compile work (COMPILE_WEIGHT): on the 16-core H200 host,
      FLA_OPS=chunk_gla gave five workers per group, all done in 180-230 s; all four ops get
-     one each there (chunk_gla two or three), too few to finish chunk_gla. On a host of several
-     GPUs the workers run on GPUs 1.. (at most WORKERS_PER_GPU each), leaving GPU 0, where
-     everything is timed, to the timed runs: on nvidia-h200-x2, 31 workers on GPU 0 beside the
-     timing held ~135 GB between them, and fla's chunk_gla and delta rule ran out of memory at
-     the long shapes.
+     one each there (chunk_gla two or three), too few to finish chunk_gla. A GPU holds at most
+     WORKERS_PER_GPU workers, dealt round the GPUs of the host: on nvidia-h200-x2, 31 workers on
+     one H200 ran out of its memory (each holds 1-11 GB), failing some of chunk_gla's and the
+     delta rules' warm-ups; 16 on one, beside the timed runs, fit.
   2. `run` times ours, then SDPA at every shape, then each (op, group) whose worker has finished:
      the workers still compiling are paused (SIGSTOP) while anything is timed, so the GPU and
      CPU are quiet; fla then autotunes for real (every config timed with do_bench, warmup 5 ms,
@@ -72,9 +71,9 @@ FLA_OPS = [op for op in os.environ.get("FLA_OPS", ",".join(OPS)).split(",") if o
 # 300-470 s with one worker each (12 workers on 16 cores).
 COMPILE_WEIGHT = {"chunk_gla": 3.0}
 
-# Warm-up workers per GPU on a host of several GPUs: 31 on one H200 held ~135 of its 140 GB
-# (beside the timed runs, which then ran out of memory).
-WORKERS_PER_GPU = 32
+# Warm-up workers per GPU: 16 fit an H200 beside the timed runs (the 16-core nvidia-h200 kind);
+# 31 on one ran out of its 140 GB.
+WORKERS_PER_GPU = 16
 
 torch = None  # imported where needed, so that `table` also works where torch is absent
 F = None
@@ -231,13 +230,10 @@ def warm_all(args):
     if unknown:
         sys.exit(f"FLA_OPS: unknown ops {unknown}; the ops are {OPS}")
     pairs = [(op, g) for op in FLA_OPS for g in range(len(GROUPS))]
-    # With several GPUs the workers keep off GPU 0, where the timed runs go.
+    # The workers dealt round the GPUs (a worker's memory stays taken while it is paused).
     gpus = gpu_count()
-    worker_gpus = list(range(1, gpus)) or [None]
-    workers = os.cpu_count() or 1
-    if gpus > 1:
-        workers = min(workers, WORKERS_PER_GPU * len(worker_gpus))
-    shards = share_cores(pairs, workers)
+    worker_gpus = list(range(gpus)) if gpus > 1 else [None]
+    shards = share_cores(pairs, min(os.cpu_count() or 1, WORKERS_PER_GPU * gpus))
     for (op, g), n in shards.items():
         with open(os.path.join(args.state_dir, f"{op}.{g}.shards"), "w") as f:
             f.write(str(n))

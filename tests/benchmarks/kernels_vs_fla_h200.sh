@@ -12,9 +12,10 @@
 # FLA_OPS (e.g. chunk_gla) narrows the run to those ops (ours and fla's), and gives their compiles
 # more workers each; SDPA is timed as always. The workers share the host's cores by each op's
 # compile work: on nvidia-h200 (16 cores) FLA_OPS=chunk_gla finished fla's warm-up in 180-230 s,
-# while all four ops leave chunk_gla too few workers to finish; on nvidia-h200-x2 (32 cores) all
-# four ops' warm-ups and timings finished in 270 s, the workers (on GPU 1 where there are two;
-# see kernels_vs_fla.py) leaving GPU 0 to the timing.
+# while all four ops leave chunk_gla too few workers to finish; nvidia-h200-x2 (32 cores) gives
+# chunk_gla five per group, and the run ended in 232-271 s there, but with 31 workers on one GPU
+# some warm-ups ran out of its memory; the workers are now dealt round the GPUs, 16 at most on
+# each (kernels_vs_fla.py; not yet run so).
 set -uo pipefail
 start=$(date +%s)
 OUT=${OUT:-out}
