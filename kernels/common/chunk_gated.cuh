@@ -25,8 +25,9 @@
 //                        intra_scores; or dv), HeadGradQKKernel + HeadGateGradKernel (dq, dk,
 //                        dg); chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
 //   channel gate:        ChannelScoresKernel (forward: the scores, kept for the backward in
-//                        intra_scores) + ChannelOutputKernel (o or dv), ChannelGradQKKernel (dq,
-//                        dk, dg, and the decayed keys for dv); chunk_gated_channel.cuh
+//                        intra_scores, and the decayed operands) + ChannelOutputKernel (o or dv),
+//                        ChannelGradQKKernel (dq, dk, dg, and, without the state pass, the
+//                        decayed keys for dv); chunk_gated_channel.cuh
 // Kernels that serve one gate kind are templates on it (or on another parameter) so that this
 // header can define them in both launchers' translation units.
 #pragma once
@@ -146,7 +147,7 @@ cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, s
   return cudaGetLastError();
 }
 
-// The head gate's state passes (chunk_gated_state_pass.cuh), kNk 64-row key slices per block:
+// The state passes (chunk_gated_state_pass.cuh), kNk 64-row key slices per block:
 // the grid StatePassKernel expects.
 template <int kNk>
 dim3 StatePassGrid(const ChunkGatedParams& p, int passes) {
