@@ -81,6 +81,11 @@ struct WarpAcc16 {
       }
     }
   }
+  // C(g + 8 half, 8 h + 2 t .. + 1) as a bf16 pair (rounded to nearest), packed in a word.
+  __device__ __forceinline__ uint32_t PackedBf16Pair(int half, int h) const {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
+    return *reinterpret_cast<const uint32_t*>(&v);
+  }
   // To a bf16 shared-memory tile (c 4-byte aligned, ldc even), rounded to nearest.
   __device__ __forceinline__ void StoreBf16(bf16* c, int ldc) const {
     const uint32_t base = ptx::SharedAddr(c + LaneRow() * ldc + LaneCol());
@@ -88,10 +93,7 @@ struct WarpAcc16 {
     for (int h = 0; h < 2; ++h) {
 #pragma unroll
       for (int half = 0; half < 2; ++half) {
-        const __nv_bfloat162 v =
-            __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
-        ptx::StoreShared(base + 2 * (half * 8 * ldc + h * 8),
-                         *reinterpret_cast<const uint32_t*>(&v));
+        ptx::StoreShared(base + 2 * (half * 8 * ldc + h * 8), PackedBf16Pair(half, h));
       }
     }
   }
@@ -101,17 +103,8 @@ struct WarpAcc16 {
   // holds row g + 8 (t / 2), columns 8 (t % 2) .. + 7. (Stored by pairs, each warp store
   // instruction wrote 8 rows x 16 bytes: half of every 32-byte sector it touched.)
   __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
-    // w[2 half + h] = C(g + 8 half, 8 h + 2 t .. + 1), packed.
-    uint32_t w[4];
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-#pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const __nv_bfloat162 v =
-            __floats2bfloat162_rn(x[4 * h + 2 * half], x[4 * h + 2 * half + 1]);
-        w[2 * half + h] = *reinterpret_cast<const uint32_t*>(&v);
-      }
-    }
+    const uint32_t w[4] = {PackedBf16Pair(0, 0), PackedBf16Pair(0, 1), PackedBf16Pair(1, 0),
+                           PackedBf16Pair(1, 1)};  // w[2 half + h]
     const int t = threadIdx.x % 4;
     // Step 1 (partner t ^ 1): keep the words whose h is t's bit 0, send the others; afterwards
     // p[2 half + j] = the word (half, h = t & 1) of lane (t & ~1) + j.
