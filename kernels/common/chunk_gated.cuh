@@ -73,10 +73,10 @@ inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 // gate, backward: HeadGradQKKernel's per-slice dg sums; channel gate: the chunks' decays
 // (StateScanKernel's factors, or the state pass's row decays), `decayed`, the decayed operand X
 // of ChannelOutputKernel (forward q scale 2^G from ChannelScoresKernel; backward k 2^(G_last - G),
-// which is also the state pass's decayed keys: ChunkDecayKernel writes them for the pass,
-// ChannelGradQKKernel the same values again), and `pass_operand`, the state pass's other decayed
-// operand (forward its keys, backward its queries q scale 2^G). The scores are the caller's
-// (intra_scores), kept from the forward for the backward.
+// from ChannelGradQKKernel, or, with the state pass, from ChunkDecayKernel as the pass's decayed
+// keys), and `pass_operand`, the state pass's other decayed operand (forward its keys, backward
+// its queries q scale 2^G). The scores are the caller's (intra_scores), kept from the forward for
+// the backward.
 struct Workspace {
   bf16* states = nullptr;
   bf16* d_states = nullptr;
