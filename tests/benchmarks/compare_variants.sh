@@ -15,8 +15,8 @@
 # default all five), ROUNDS (timing rounds, each variant once per round, default 2),
 # FLAME_BENCH_BUDGET_MS (default 300 here), PROFILE_SHAPE (a shape index: ncu time per kernel call
 # of OPS there, per variant). A variant folder with a bin/ folder is not built here: bin/ holds
-# its test binaries and chunk_attention_benchmark, each xz-compressed (NAME.xz), as built on the
-# CPU machine (sm_90, stripped), which saves the device call its build.
+# its test binaries and chunk_attention_benchmark, each xz-compressed (NAME.xz), as
+# prebuild_variant.sh builds them on the CPU machine, which saves the device call its build.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}
@@ -50,7 +50,7 @@ for v in $VARIANTS; do
       for f in "$root/$dir"/bin/*.xz; do
         t=$(basename "$f" .xz) to=$w/b/tests/kernels
         [ "$t" = chunk_attention_benchmark ] && to=$w/b
-        xz -dc "$f" > "$to/$t" && chmod +x "$to/$t"
+        xz -dc "$f" > "$to/$t" && chmod +x "$to/$t" || { echo "build $name: bad $f"; exit 1; }
       done
       echo "build $name: prebuilt"
       exit 0
@@ -71,7 +71,8 @@ sanitize() {
   local tool=$1 name=$2 t=$3 bin=$4 filter=${5:-*}
   timeout 300 compute-sanitizer --tool "$tool" --error-exitcode 9 "$bin" --gtest_filter="$filter" \
     > "$OUT/${tool}_${name}_$t.log" 2>&1
-  echo "$name $t $tool ($filter): rc=$? $(grep 'ERROR SUMMARY' "$OUT/${tool}_${name}_$t.log")"
+  echo "$name $t $tool ($filter): rc=$? $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' \
+    "$OUT/${tool}_${name}_$t.log" | tail -1)"
 }
 for v in $VARIANTS; do
   name=$(variant_name "$v") b=/tmp/variant-$(variant_name "$v")/b

@@ -20,7 +20,8 @@ the run is split in two, all under one TRITON_CACHE_DIR:
      one each there (chunk_gla two or three), too few to finish chunk_gla. A GPU holds at most
      WORKERS_PER_GPU workers, dealt round the GPUs of the host: on nvidia-h200-x2, 31 workers on
      one H200 ran out of its memory (each holds 1-11 GB), failing some of chunk_gla's and the
-     delta rules' warm-ups; 16 on one, beside the timed runs, fit.
+     delta rules' warm-ups; the 15 of a FLA_OPS=chunk_gla run on nvidia-h200 fit beside the
+     timed runs.
   2. `run` times ours, then SDPA at every shape, then each (op, group) whose worker has finished:
      the workers still compiling are paused (SIGSTOP) while anything is timed, so the GPU and
      CPU are quiet; fla then autotunes for real (every config timed with do_bench, warmup 5 ms,
@@ -71,8 +72,8 @@ FLA_OPS = [op for op in os.environ.get("FLA_OPS", ",".join(OPS)).split(",") if o
 # 300-470 s with one worker each (12 workers on 16 cores).
 COMPILE_WEIGHT = {"chunk_gla": 3.0}
 
-# Warm-up workers per GPU: 16 fit an H200 beside the timed runs (the 16-core nvidia-h200 kind);
-# 31 on one ran out of its 140 GB.
+# Warm-up workers per GPU: the 15 of a FLA_OPS=chunk_gla run on one H200 fit beside the timed
+# runs; 31 on one ran out of its 140 GB. (16 is the nvidia-h200 kind's core count.)
 WORKERS_PER_GPU = 16
 
 torch = None  # imported where needed, so that `table` also works where torch is absent

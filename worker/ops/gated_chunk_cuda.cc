@@ -5,8 +5,8 @@
 // cu_seqlens with chunk offsets. The entry points convert into them with differentiable ATen ops
 // (`to`, `contiguous`), so autograd casts the gradients back to whatever the caller passed.
 // The forward keeps no per-chunk states: the backward recomputes them (the launchers' contract),
-// so the saved tensors are the inputs and, for chunk_gla, the intra-chunk scores its forward
-// wrote for its backward (bf16 [chunks, H, 64, 64], half the size of q at K = 128).
+// so the saved tensors are the inputs and the intra-chunk scores the forward wrote for the
+// backward (bf16 [chunks, H, 64, 64], half the size of q at K = 128).
 #include <torch/torch.h>
 
 #include <optional>
