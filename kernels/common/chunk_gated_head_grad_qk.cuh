@@ -44,21 +44,32 @@ inline size_t GradPartsBytes(const ChunkGatedParams& p, int chunks) {
   return static_cast<size_t>(chunks) * p.heads * (p.k_dim / kBK) * kPartStride * sizeof(float);
 }
 
-// Dynamic shared memory: a 1 KB header (G, the two row sums, the state sum), then bf16 tiles:
-// q, k (this K slice), dP, and the stages (d_o, v, h_c and dh_c of one V slice each; two
-// stages, one where V = 64). V >= 128: 11 tiles, 102 KB (2 blocks per SM).
-constexpr int kGradHeaderBytes = 1024;
+// Dynamic shared memory: a 2.5 KB header (G, and the parts of the dg sums: two per row and
+// column tile, one per warp), then bf16 tiles: q, k (this K slice), dP, and the stages (d_o, v,
+// h_c and dh_c of one V slice each; two stages, one where V = 64). V >= 128: 11 tiles, 104 KB
+// (2 blocks per SM).
+constexpr int kGradHeaderBytes = 2560;
 constexpr int kGradStageTiles = 4;
 inline size_t HeadGradQKSmemBytes(int v_dim) {
   const size_t tiles = 3 + kGradStageTiles * (v_dim / kBK > 1 ? 2 : 1);
   return kGradHeaderBytes + tiles * kTileElems * sizeof(bf16);
 }
 
-// sums[r] += sum over this lane's elements of f(r, col, i, e), f reading element e of part i of
-// Acc64-shaped accumulators, for every row r the lane holds: the quad's lanes reduce by shuffles,
-// then one shared atomic per row and quad.
+// The dg sums of a block go through shared memory in a fixed order, so that they are the same
+// bits in every run: a row's part from each of the four warps across its columns (instead of
+// shared atomics, whose order varied -- at the weak-decay test case, where dg is a small
+// difference of large sums, its error moved between 1.1e-2 and 1.7e-2 from run to run), and
+// each warp's part of the block sum.
+constexpr int kColumnTiles = 4;  // the warps that share a row of an Acc64 (16 columns each)
+static_assert((kBT + 2 * kBT * kColumnTiles + kWarps) * sizeof(float) <= kGradHeaderBytes,
+              "G and the dg sums' parts fit the header");
+
+// parts[r * kColumnTiles + w] = the sum over this warp's columns of f(r, col, i, e), f reading
+// element e of part i of Acc64-shaped accumulators, for every row r the lane holds: the quad's
+// lanes reduce by shuffles, one lane of the quad stores.
 template <typename F>
-__device__ inline void AddRowSums(float* sums, F f) {
+__device__ inline void StoreRowSumParts(float* parts, F f) {
+  float* const own = parts + tile::Acc64::Col() / 16;  // this warp's column tile
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -75,14 +86,15 @@ __device__ inline void AddRowSums(float* sums, F f) {
       }
       sum += __shfl_xor_sync(0xffffffffu, sum, 1);
       sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (threadIdx.x % 4 == 0) atomicAdd(&sums[row], sum);
+      if (threadIdx.x % 4 == 0) own[row * kColumnTiles] = sum;
     }
   }
 }
 
-__device__ inline void AddBlockSum(float x, float* total) {
-  x = WarpSum(x);
-  if (threadIdx.x % 32 == 0) atomicAdd(total, x);
+// Row r's sum from its parts, always in the same order.
+__device__ inline float RowSum(const float* parts, int r) {
+  const float* p = parts + r * kColumnTiles;
+  return ((p[0] + p[1]) + p[2]) + p[3];
 }
 
 // kGateGrad: also the dg sums (g given and dg requested; not with g_gamma).
@@ -91,9 +103,9 @@ __global__ void __launch_bounds__(kThreads, 2)
     HeadGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states, float* parts) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
-  float* kdk_row = G + kBT;
-  float* term_row = kdk_row + kBT;
-  float* state_sum = term_row + kBT;
+  float* kdk_parts = G + kBT;                            // [64][kColumnTiles]
+  float* term_parts = kdk_parts + kBT * kColumnTiles;    // [64][kColumnTiles]
+  float* state_parts = term_parts + kBT * kColumnTiles;  // [kWarps]
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kGradHeaderBytes);
   const int vs = p.v_dim / kBK, stages = vs > 1 ? 2 : 1;
   bf16* xq = tiles;            // q, this K slice
@@ -117,8 +129,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   __pipeline_commit();
   if (vs > 1) issue(1);
   __pipeline_commit();
-  if (threadIdx.x < kBT) kdk_row[threadIdx.x] = term_row[threadIdx.x] = 0.0f;
-  if (threadIdx.x == 0) *state_sum = 0.0f;
   CommitGate<Gate::kHead>(G, gate);  // synchronises
 
   // Over the V slices: dO V^T (B(vv, j) = v[j][vv], the column-major view of v), dO h_c^T and
@@ -149,8 +159,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const float g_last = G[kBT - 1];
   dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
   if constexpr (kGateGrad) {
-    AddRowSums(kdk_row,
-               [&](int r, int col, int i, int e) { return at(xk, r, col) * dk.part[i].x[e]; });
+    StoreRowSumParts(
+        kdk_parts, [&](int r, int col, int i, int e) { return at(xk, r, col) * dk.part[i].x[e]; });
   }
   __syncthreads();                                                    // dP is stored
   tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);  // dq += dP K
@@ -161,10 +171,11 @@ __global__ void __launch_bounds__(kThreads, 2)
     // Per element, then summed: at strong decays q.dq and k.dk nearly cancel (for a lone diagonal
     // score dq_t = dP_tt k_t, dk_t = dP_tt q_t), and two separate row sums would leave their
     // fp32 rounding as the whole of dg.
-    AddRowSums(term_row, [&](int r, int col, int i, int e) {
+    StoreRowSumParts(term_parts, [&](int r, int col, int i, int e) {
       return at(xq, r, col) * dq.part[i].x[e] - at(xk, r, col) * dk.part[i].x[e];
     });
-    AddBlockSum(state_dot, state_sum);
+    state_dot = WarpSum(state_dot);
+    if (threadIdx.x % 32 == 0) state_parts[threadIdx.x / 32] = state_dot;
   }
   __syncthreads();  // no warp reads the stages any more: they take the results
   StoreAccRows(dq, xo(0), p.dq, p.qk_strides, c, h, k0);
@@ -173,10 +184,14 @@ __global__ void __launch_bounds__(kThreads, 2)
     const int64_t slice = (int64_t{c.global} * p.heads + h) * ks + BlockSlice(ks);
     float* part = parts + slice * kPartStride;
     if (threadIdx.x < kBT) {
-      part[kPartKdk + threadIdx.x] = kdk_row[threadIdx.x];
-      part[kPartTerms + threadIdx.x] = term_row[threadIdx.x];
+      part[kPartKdk + threadIdx.x] = RowSum(kdk_parts, threadIdx.x);
+      part[kPartTerms + threadIdx.x] = RowSum(term_parts, threadIdx.x);
     }
-    if (threadIdx.x == 0) part[kPartState] = *state_sum * exp2f(g_last);
+    if (threadIdx.x == 0) {
+      float state_sum = 0.0f;
+      for (int w = 0; w < kWarps; ++w) state_sum += state_parts[w];
+      part[kPartState] = state_sum * exp2f(g_last);
+    }
   }
 }
 
