@@ -69,7 +69,9 @@ inline size_t StateBytes(const ChunkGatedParams& p, int blocks) {
 
 inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
-// The workspace, in this order: the per-chunk states h (bf16); backward: their gradients dh; head
+// The workspace, in this order: the per-chunk states h (bf16; the caller's chunk_states instead
+// where it keeps them -- but the channel gate's backward keeps room to recompute them, which its
+// scan path does); backward: their gradients dh; head
 // gate, backward: HeadGradQKKernel's per-slice dg sums; channel gate: the chunks' decays
 // (StateScanKernel's factors, or the state pass's row decays), `decayed`, the decayed operand X
 // of ChannelOutputKernel (forward q scale 2^G from ChannelScoresKernel; backward k 2^(G_last - G),
@@ -95,7 +97,11 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
     used += AlignUp(bytes);
     return at;
   };
-  w.states = static_cast<bf16*>(take(StateBytes(p, chunks)));
+  const bool kept = p.chunk_states != nullptr;
+  w.states = kept ? p.chunk_states : nullptr;
+  if (!kept || (backward && gate == Gate::kChannel)) {
+    w.states = static_cast<bf16*>(take(StateBytes(p, chunks)));
+  }
   if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks)));
   if (gate == Gate::kHead) {
     if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
@@ -121,7 +127,8 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
                                                      p.total_chunks > 0);
   const bool gates = gate == Gate::kChannel ? p.g != nullptr
                                             : (p.g != nullptr) != (p.g_gamma != nullptr);
-  const bool scores = p.intra_scores != nullptr && IsAligned16(p.intra_scores);
+  const bool scores =
+      p.intra_scores != nullptr && IsAligned16(p.intra_scores) && IsAligned16(p.chunk_states);
   const bool inputs = p.q && p.k && p.v && IsAligned16(p.q) && IsAligned16(p.k) &&
                       IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
                       Bf16RowsAligned(p.v_strides) && p.workspace;
@@ -154,17 +161,23 @@ dim3 StatePassGrid(const ChunkGatedParams& p, int passes) {
   return dim3(p.k_dim / (kNk * kBK) * (p.v_dim / kBK), p.heads, p.num_seqs * passes);
 }
 
+// The number of passes the states take: the forward's one; the backward's two, or the reverse
+// pass alone where the caller kept the forward's states.
+inline int StatePasses(const ChunkGatedParams& p, bool backward) {
+  return backward && p.chunk_states == nullptr ? 2 : 1;
+}
+
 template <Gate kGate, int kNk>
-cudaError_t LaunchStatePass(const ChunkGatedParams& p, int passes, const Workspace& w,
-                            cudaStream_t stream) {
+cudaError_t LaunchStatePass(const ChunkGatedParams& p, bool backward, PassSet passes,
+                            const Workspace& w, cudaStream_t stream) {
   DecayedOperands decayed;
   if (kGate == Gate::kChannel) {
-    decayed = passes == 1 ? DecayedOperands{w.pass_operand, nullptr, w.decays}
-                          : DecayedOperands{w.decayed, w.pass_operand, w.decays};
+    decayed = backward ? DecayedOperands{w.decayed, w.pass_operand, w.decays}
+                       : DecayedOperands{w.pass_operand, nullptr, w.decays};
   }
-  return LaunchKernel<int, bf16*, bf16*, DecayedOperands>(
-      StatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes), kStatePassSmemBytes<kGate, kNk>,
-      stream, p, passes, w.states, w.d_states, decayed);
+  return LaunchKernel<PassSet, bf16*, bf16*, DecayedOperands>(
+      StatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes.count),
+      kStatePassSmemBytes<kGate, kNk>, stream, p, passes, w.states, w.d_states, decayed);
 }
 
 // 128 key rows per block (kNk = 2) where K allows and it saves enough waves of blocks: such a
@@ -220,19 +233,20 @@ cudaError_t UseChannelStatePass(const ChunkGatedParams& p, int passes, bool* use
   return cudaSuccess;
 }
 
-// The per-chunk states; backward: the states and their gradients together (kBackward), the
-// forward having written the final state. By the sequential passes (chunk_gated_state_pass.cuh)
-// where by_pass (always for the head gate; the channel gate's from decayed operands, which the
-// forward's ChannelScoresKernel has written already and the backward's ChunkDecayKernel writes
-// here); else each chunk's update, then the scan over the chunks (chunk_gated_states.cuh), the
-// gradients scanned in reverse.
+// The per-chunk states; backward: their gradients, and the states again unless the caller kept
+// the forward's (kBackward; the forward wrote the final state). By the sequential passes
+// (chunk_gated_state_pass.cuh) where by_pass (always for the head gate; the channel gate's from
+// decayed operands, which the forward's ChannelScoresKernel has written already and the
+// backward's ChunkDecayKernel writes here); else each chunk's update, then the scan over the
+// chunks (chunk_gated_states.cuh), the gradients scanned in reverse -- that path recomputes the
+// states always.
 template <Gate kGate, bool kBackward>
 cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, bool by_pass,
                           cudaStream_t stream) {
   // The backward's forward pass recomputes the states; the forward wrote the final state.
   ChunkGatedParams without_final = p;
   if (kBackward) without_final.final_state = nullptr;
-  const int passes = kBackward ? 2 : 1;
+  const int passes = StatePasses(p, kBackward);
   if constexpr (kGate == Gate::kChannel) {
     const dim3 slices = ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK);
     if (!by_pass) {
@@ -257,8 +271,9 @@ cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, bool by
   if (cudaError_t err = PickPassKeySlices<kGate>(p, passes, &slices); err != cudaSuccess) {
     return err;
   }
-  return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, passes, w, stream)
-                     : LaunchStatePass<kGate, 1>(without_final, passes, w, stream);
+  const PassSet set{passes == 2 || !kBackward ? 0 : 1, passes};
+  return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, kBackward, set, w, stream)
+                     : LaunchStatePass<kGate, 1>(without_final, kBackward, set, w, stream);
 }
 
 // Whether the states go by the sequential passes (head gate: always).
@@ -266,7 +281,7 @@ template <Gate kGate>
 cudaError_t StatesByPass(const ChunkGatedParams& p, bool backward, bool* by_pass) {
   *by_pass = true;
   if constexpr (kGate == Gate::kChannel) {
-    return UseChannelStatePass<kGate>(p, backward ? 2 : 1, by_pass);
+    return UseChannelStatePass<kGate>(p, StatePasses(p, backward), by_pass);
   }
   return cudaSuccess;
 }
@@ -321,6 +336,10 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
   CarveWorkspace(p, p.workspace, p.total_chunks, kGate, true, w);
   bool by_pass = true;
   if (cudaError_t err = StatesByPass<kGate>(p, true, &by_pass); err != cudaSuccess) return err;
+  // The passes read the states the caller kept; the channel gate's scan path recomputes them
+  // (into the workspace) even then.
+  if (!by_pass) p.chunk_states = nullptr;
+  if (p.chunk_states != nullptr) w.states = p.chunk_states;
   if (cudaError_t err = ComputeStates<kGate, true>(p, w, by_pass, stream); err != cudaSuccess) {
     return err;
   }

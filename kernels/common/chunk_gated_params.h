@@ -78,6 +78,16 @@ struct ChunkGatedParams {
   // (fla's chunk_gla keeps its A the same way).
   __nv_bfloat16* intra_scores = nullptr;
 
+  // --- the per-chunk states, kept from the forward for the backward (optional) ---
+  // [total chunks, H, K, V] bf16 (GlaChunkStatesBytes, SimpleGlaChunkStatesBytes), 16-byte
+  // aligned. Set for the forward, it writes the state entering each chunk there (instead of into
+  // its workspace); set for the backward, given the same inputs, the backward reads them instead
+  // of recomputing them -- one sequential pass over the chunks instead of two. Null: the backward
+  // recomputes them (less memory kept between the passes: the states are K V / 32 bytes per
+  // token and head, 2/3 of q, k and v at K = V = 128, 4/3 at 256). The workspace sizes depend on
+  // whether it is set.
+  __nv_bfloat16* chunk_states = nullptr;
+
   // Device scratch of at least the family's *WorkspaceBytes(params, backward) bytes, 256-aligned.
   void* workspace = nullptr;
 };

@@ -16,8 +16,9 @@
 // for it. Each warp scans the chunk's 64 gates itself (two per lane, shuffles), so a chunk costs
 // one barrier: the one that hands its copied stage to the warps and frees the stage before it.
 // The tiles stream through kPassStages stages of cp.async copies, issued kPassStages - 1 chunks
-// ahead. The backward launches both passes in one grid (the states it recomputes and their
-// gradients), so twice as many blocks share the machine.
+// ahead. A backward that recomputes the states launches both passes in one grid (the states and
+// their gradients), so twice as many blocks share the machine; one given the forward's states
+// (ChunkGatedParams::chunk_states) runs the reverse pass alone.
 //
 // The per-channel gate's decay differs per key row and token, so it cannot ride on the
 // right-hand fragments: for every chunk at once, the decayed keys K 2^(Gl - G) (and, backward,
@@ -119,20 +120,27 @@ __device__ inline uint32_t ScaleBf16Pair(uint32_t x, float2 f) {
   return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// Grid: (K / (64 kNk) x V / 64 tiles, H, N sequences x passes). passes = 1: the forward pass of
-// every sequence (blockIdx.z = n). passes = 2 (backward): blockIdx.z = 2n + r, r = 0 the forward
-// pass (recomputing the states), r = 1 the reverse pass. The forward pass starts from
-// initial_state and ends in final_state (skipped where null), the reverse pass starts from
-// d_final_state and ends in d_initial_state. (The channel gate's operands are in `decayed`.)
+// The passes one StatePassKernel grid runs: `count` of them from `first` (pass 0 the forward
+// pass, 1 the reverse pass): the forward {0, 1}; the backward {0, 2}, recomputing the states
+// beside their gradients, or {1, 1} where the forward's states were kept.
+struct PassSet {
+  int first = 0;
+  int count = 1;
+};
+
+// Grid: (K / (64 kNk) x V / 64 tiles, H, N sequences x passes.count), blockIdx.z = n count + r
+// running pass first + r. The forward pass starts from initial_state and ends in final_state
+// (skipped where null), the reverse pass starts from d_final_state and ends in d_initial_state.
+// (The channel gate's operands are in `decayed`.)
 template <Gate kGate, int kNk>
 __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
-    StatePassKernel(ChunkGatedParams p, int passes, bf16* states, bf16* d_states,
+    StatePassKernel(ChunkGatedParams p, PassSet passes, bf16* states, bf16* d_states,
                     DecayedOperands decayed) {
   constexpr bool kChannel = kGate == Gate::kChannel;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   PassStage<kGate, kNk>* stages = reinterpret_cast<PassStage<kGate, kNk>*>(smem_raw);
-  const int n = blockIdx.z / passes, h = blockIdx.y;
-  const bool reverse = blockIdx.z % passes == 1;
+  const int n = blockIdx.z / passes.count, h = blockIdx.y;
+  const bool reverse = passes.first + static_cast<int>(blockIdx.z) % passes.count == 1;
   const int v_tiles = p.v_dim / kBK;
   const int k0 = blockIdx.x / v_tiles * kNk * kBK, v0 = blockIdx.x % v_tiles * kBK;
   const Seq seq = LocateSeq<kBT>(p, n);

@@ -93,7 +93,8 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
   // The kernels move q, k, v, d_o, o, dq, dk and dv in 4- to 16-byte pieces.
   const bool inputs = p.q && p.k && p.v && p.beta && IsAligned16(p.q) && IsAligned16(p.k) &&
                       IsAligned16(p.v) && Bf16RowsAligned(p.qk_strides) &&
-                      Bf16RowsAligned(p.v_strides) && p.workspace && IsAligned(p.workspace, 256);
+                      Bf16RowsAligned(p.v_strides) && p.workspace && IsAligned(p.workspace, 256) &&
+                      IsAligned(p.chunk_states, 256);
   const bool outputs = backward ? p.d_o && IsAligned16(p.d_o) && p.dq && IsAligned16(p.dq) &&
                                       p.dk && IsAligned16(p.dk) && p.dv && IsAligned16(p.dv) &&
                                       p.dbeta && (!gated || p.da)
@@ -106,6 +107,11 @@ inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   return CarveScratch(params, backward, nullptr, nullptr);
 }
 
+// Bytes of params.chunk_states.
+inline size_t StatesBytes(const ChunkDeltaParams& params) {
+  return CarveKeptStates(params, nullptr, nullptr);
+}
+
 // The params and scratch every kernel sees: sequence and chunk counts filled in.
 inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool backward) {
   StepBase base{params, Scratch{}, gated};
@@ -115,8 +121,10 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool ba
   return base;
 }
 
-// Forward up to the per-chunk states and new values; with `output`, also o.
-inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_t stream) {
+// Forward up to the per-chunk states and new values (without `states`, up to their state pass,
+// whose results the caller kept); with `output`, also o.
+inline cudaError_t RunForwardKernels(const StepBase& b, bool states, bool output,
+                                     cudaStream_t stream) {
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
   cudaError_t err = cudaSuccess;
@@ -132,8 +140,8 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs, tiles::StateForwardSmem(p.k_dim),
-                      b, stream)) != cudaSuccess) {
+  if (states && (err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs,
+                                tiles::StateForwardSmem(p.k_dim), b, stream)) != cudaSuccess) {
     return err;
   }
   if (!output) return cudaSuccess;
@@ -143,10 +151,11 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool output, cudaStream_
 
 inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, false); err != cudaSuccess) return err;
-  return RunForwardKernels(MakeStepBase(params, gated, false), true, stream);
+  return RunForwardKernels(MakeStepBase(params, gated, false), true, true, stream);
 }
 
-// Recomputes the forward scratch (without o and the final state), then the gradients.
+// Recomputes the forward scratch (without o and the final state; without the states and new
+// values where the caller kept them), then the gradients.
 inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
   const StepBase b = MakeStepBase(params, gated, true);
@@ -162,7 +171,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (err != cudaSuccess) return err;
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
-  err = RunForwardKernels(recompute, false, stream);
+  err = RunForwardKernels(recompute, p.chunk_states == nullptr, false, stream);
   if (err != cudaSuccess) return err;
   if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {

@@ -12,6 +12,7 @@
 namespace flame::kernels::delta_chunk {
 
 size_t DeviceWorkspaceBytes(const ChunkDeltaParams& params, bool backward);
+size_t DeviceStatesBytes(const ChunkDeltaParams& params);
 cudaError_t DeviceForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream);
 cudaError_t DeviceBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream);
 

@@ -11,6 +11,8 @@ size_t DeviceWorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   return WorkspaceBytes(params, backward);
 }
 
+size_t DeviceStatesBytes(const ChunkDeltaParams& params) { return StatesBytes(params); }
+
 cudaError_t DeviceForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   return RunForward(params, gated, stream);
 }
@@ -23,6 +25,10 @@ cudaError_t DeviceBackward(const ChunkDeltaParams& params, bool gated, cudaStrea
 
 size_t DeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   return delta_chunk::DeviceWorkspaceBytes(params, backward);
+}
+
+size_t DeltaRuleChunkStatesBytes(const ChunkDeltaParams& params) {
+  return delta_chunk::DeviceStatesBytes(params);
 }
 
 cudaError_t DeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream) {

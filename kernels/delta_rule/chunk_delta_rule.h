@@ -22,11 +22,15 @@ namespace flame::kernels {
 // Device scratch the launchers need in params.workspace (256-byte aligned).
 size_t DeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool backward);
 
-// Writes o and, when params.final_state is set, the final state.
+// Size of params.chunk_states, which the caller may keep from the forward to the backward.
+size_t DeltaRuleChunkStatesBytes(const ChunkDeltaParams& params);
+
+// Writes o, the per-chunk states when params.chunk_states is set and, when params.final_state is
+// set, the final state.
 cudaError_t DeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream);
 
-// Recomputes the forward, then writes dq, dk, dv, dbeta and, when params.d_initial_state is set,
-// the initial-state gradient.
+// Recomputes the forward (but the states params.chunk_states holds), then writes dq, dk, dv,
+// dbeta and, when params.d_initial_state is set, the initial-state gradient.
 cudaError_t DeltaRuleChunkBackward(const ChunkDeltaParams& params, cudaStream_t stream);
 
 }  // namespace flame::kernels

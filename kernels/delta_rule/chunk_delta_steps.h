@@ -153,6 +153,21 @@ FLAME_HD inline bool QKInPlace(const ChunkDeltaParams& p) {
 
 inline size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+// Carves the per-chunk states S and the new values Ut, which a caller may keep from the forward
+// for the backward (ChunkDeltaParams::chunk_states), from `base` (null: only measures). Returns
+// the bytes used.
+inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s) {
+  const size_t ut =
+      AlignUp(static_cast<size_t>(TokenRows(p)) * p.heads * p.v_dim * sizeof(__nv_bfloat16));
+  const size_t states = AlignUp(static_cast<size_t>(TotalChunks(p)) * p.heads * p.k_dim * p.v_dim *
+                                sizeof(__nv_bfloat16));
+  if (base != nullptr) {
+    s->Ut = static_cast<__nv_bfloat16*>(base);
+    s->S = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(base) + ut);
+  }
+  return ut + states;
+}
+
 // Carves the scratch from `base` (null: only measures). Returns the bytes used.
 inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base, Scratch* s) {
   const size_t R = static_cast<size_t>(TokenRows(p)) * p.heads;
@@ -175,8 +190,12 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     x.qn = x.q_rows, x.kn = x.k_rows;
   }
   take(&x.bt, R), take(&x.g, R), take(&x.G, R);
-  take(&x.M, mat), take(&x.W, R * K);
-  take(&x.U, R * V), take(&x.Ut, R * V), take(&x.S, state);
+  take(&x.M, mat), take(&x.W, R * K), take(&x.U, R * V);
+  if (p.chunk_states == nullptr) {
+    take(&x.Ut, R * V), take(&x.S, state);
+  } else {
+    CarveKeptStates(p, p.chunk_states, &x);
+  }
   if (backward) {
     take(&x.T, mat), take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
     take(&x.dW, R * K), take(&x.dKd, R * K), take(&x.SdO, R * K);

@@ -9,6 +9,10 @@ size_t GatedDeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool ba
   return delta_chunk::DeviceWorkspaceBytes(params, backward);
 }
 
+size_t GatedDeltaRuleChunkStatesBytes(const ChunkDeltaParams& params) {
+  return delta_chunk::DeviceStatesBytes(params);
+}
+
 cudaError_t GatedDeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream) {
   return delta_chunk::DeviceForward(params, /*gated=*/true, stream);
 }

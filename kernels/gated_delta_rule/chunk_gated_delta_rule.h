@@ -24,6 +24,9 @@ namespace flame::kernels {
 
 size_t GatedDeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool backward);
 
+// Size of params.chunk_states, which the caller may keep from the forward to the backward.
+size_t GatedDeltaRuleChunkStatesBytes(const ChunkDeltaParams& params);
+
 cudaError_t GatedDeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream);
 
 cudaError_t GatedDeltaRuleChunkBackward(const ChunkDeltaParams& params, cudaStream_t stream);

@@ -13,6 +13,10 @@ size_t GlaChunkScoresBytes(const ChunkGatedParams& params) {
   return gated_chunk::ScoresBytes(params, gated_chunk::TotalChunks(params));
 }
 
+size_t GlaChunkStatesBytes(const ChunkGatedParams& params) {
+  return gated_chunk::StateBytes(params, gated_chunk::TotalChunks(params));
+}
+
 cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {
   if (params.g_gamma != nullptr) return cudaErrorInvalidValue;
   return gated_chunk::Forward<gated_chunk::Gate::kChannel>(params, stream);
@@ -26,7 +30,8 @@ cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream
 cudaError_t GlaChunkUsesStatePass(const ChunkGatedParams& params, bool backward, bool* uses) {
   ChunkGatedParams p = params;
   p.num_seqs = gated_chunk::NumSeqs(params);
-  return gated_chunk::UseChannelStatePass<gated_chunk::Gate::kChannel>(p, backward ? 2 : 1, uses);
+  return gated_chunk::UseChannelStatePass<gated_chunk::Gate::kChannel>(
+      p, gated_chunk::StatePasses(p, backward), uses);
 }
 
 }  // namespace flame::kernels

@@ -4,7 +4,7 @@
 //
 // Fields of ChunkGatedParams used: g [B,T,H,K] fp32 (natural-log decay, e.g. logsigmoid(x)/16),
 // with g_strides; g_gamma must be null. q, k, v, o, d_o, dq, dk, dv bf16; states and dg fp32;
-// intra_scores (bf16) is required.
+// intra_scores (bf16) is required, chunk_states (bf16) optional.
 // The state layout is [N,H,K,V] (fla's default, state_v_first=False).
 #pragma once
 
@@ -21,11 +21,16 @@ size_t GlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backward);
 // Size of params.intra_scores, which the caller keeps from the forward to the backward.
 size_t GlaChunkScoresBytes(const ChunkGatedParams& params);
 
-// Writes o, the intra-chunk scores and, when params.final_state is set, the final state.
+// Size of params.chunk_states, which the caller may keep from the forward to the backward.
+size_t GlaChunkStatesBytes(const ChunkGatedParams& params);
+
+// Writes o, the intra-chunk scores, the per-chunk states when params.chunk_states is set and,
+// when params.final_state is set, the final state.
 cudaError_t GlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream);
 
-// Recomputes the states, then writes dq, dk, dv, dg and, when params.d_initial_state is set,
-// the initial-state gradient; reads the scores the forward wrote.
+// Recomputes the states (unless params.chunk_states holds the forward's), then writes dq, dk,
+// dv, dg and, when params.d_initial_state is set, the initial-state gradient; reads the scores
+// the forward wrote.
 cudaError_t GlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream);
 
 // Whether a launch of these sizes (batch or cu_seqlens' sequences, heads, k_dim, v_dim) takes

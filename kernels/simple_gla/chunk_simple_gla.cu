@@ -13,6 +13,10 @@ size_t SimpleGlaChunkScoresBytes(const ChunkGatedParams& params) {
   return gated_chunk::ScoresBytes(params, gated_chunk::TotalChunks(params));
 }
 
+size_t SimpleGlaChunkStatesBytes(const ChunkGatedParams& params) {
+  return gated_chunk::StateBytes(params, gated_chunk::TotalChunks(params));
+}
+
 cudaError_t SimpleGlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream) {
   return gated_chunk::Forward<gated_chunk::Gate::kHead>(params, stream);
 }

@@ -5,8 +5,8 @@
 //
 // Fields of ChunkGatedParams used: g [B,T,H] fp32 (natural-log decay) XOR g_gamma [H] fp32;
 // g_strides.head is the stride between heads of g (1 when contiguous). q, k, v, o, d_o, dq, dk,
-// dv bf16; states and dg fp32; intra_scores (bf16) is required. With g_gamma no gate gradient is
-// produced.
+// dv bf16; states and dg fp32; intra_scores (bf16) is required, chunk_states (bf16) optional.
+// With g_gamma no gate gradient is produced.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -23,11 +23,16 @@ size_t SimpleGlaChunkWorkspaceBytes(const ChunkGatedParams& params, bool backwar
 // Size of params.intra_scores, which the caller keeps from the forward to the backward.
 size_t SimpleGlaChunkScoresBytes(const ChunkGatedParams& params);
 
-// Writes o, the intra-chunk scores and, when params.final_state is set, the final state.
+// Size of params.chunk_states, which the caller may keep from the forward to the backward.
+size_t SimpleGlaChunkStatesBytes(const ChunkGatedParams& params);
+
+// Writes o, the intra-chunk scores, the per-chunk states when params.chunk_states is set and,
+// when params.final_state is set, the final state.
 cudaError_t SimpleGlaChunkForward(const ChunkGatedParams& params, cudaStream_t stream);
 
-// Recomputes the states, then writes dq, dk, dv, dg (when g is given) and, when
-// params.d_initial_state is set, the initial-state gradient; reads the scores the forward wrote.
+// Recomputes the states (unless params.chunk_states holds the forward's), then writes dq, dk,
+// dv, dg (when g is given) and, when params.d_initial_state is set, the initial-state gradient;
+// reads the scores the forward wrote.
 cudaError_t SimpleGlaChunkBackward(const ChunkGatedParams& params, cudaStream_t stream);
 
 }  // namespace flame::kernels

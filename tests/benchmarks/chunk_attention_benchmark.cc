@@ -226,13 +226,18 @@ Timed MakeGated(const std::string& op, const Shape& s, Buffers& buf) {
   p.dk = buf.Alloc<__nv_bfloat16>(n);
   p.dv = buf.Alloc<__nv_bfloat16>(n);
   p.dg = buf.Alloc<float>(ng);
+  // The scores, and the per-chunk states unless FLAME_BENCH_RECOMPUTE_STATES=1, kept from the
+  // forward for the backward as the worker keeps them: counted with the workspace.
+  const size_t scores = gla ? GlaChunkScoresBytes(p) : SimpleGlaChunkScoresBytes(p);
+  p.intra_scores = buf.Alloc<__nv_bfloat16>(scores / sizeof(__nv_bfloat16));
+  const size_t kept = EnvInt("FLAME_BENCH_RECOMPUTE_STATES", 0) != 0
+                          ? 0
+                          : (gla ? GlaChunkStatesBytes(p) : SimpleGlaChunkStatesBytes(p));
+  if (kept > 0) p.chunk_states = buf.Alloc<__nv_bfloat16>(kept / sizeof(__nv_bfloat16));
   const size_t ws =
       gla ? std::max(GlaChunkWorkspaceBytes(p, true), GlaChunkWorkspaceBytes(p, false))
           : std::max(SimpleGlaChunkWorkspaceBytes(p, true), SimpleGlaChunkWorkspaceBytes(p, false));
   p.workspace = buf.Alloc<unsigned char>(ws);
-  // The scores, kept from the forward for the backward: counted with the workspace.
-  const size_t scores = gla ? GlaChunkScoresBytes(p) : SimpleGlaChunkScoresBytes(p);
-  p.intra_scores = buf.Alloc<__nv_bfloat16>(scores / sizeof(__nv_bfloat16));
 
   const double C = kGatedChunkSize, K = s.D, V = s.D, gb = gla ? 4.0 * K : 4.0;
   Timed t;
@@ -246,7 +251,7 @@ Timed MakeGated(const std::string& op, const Shape& s, Buffers& buf) {
   t.bwd_bytes = 2 * (2 * K + 2 * V) + gb + 2 * (2 * K + V) + gb;
   t.fwd_flops = 2 * C * (K + V) + 4 * K * V;
   t.bwd_flops = 6 * C * K + 4 * C * V + 10 * K * V;
-  t.workspace_bytes = ws + scores;
+  t.workspace_bytes = ws + scores + kept;
   return t;
 }
 
@@ -287,6 +292,11 @@ Timed MakeDelta(const std::string& op, const Shape& s, Buffers& buf) {
   p.dk = buf.Alloc<__nv_bfloat16>(n);
   p.dv = buf.Alloc<__nv_bfloat16>(n);
   p.dbeta = buf.Alloc<float>(rows);
+  // The per-chunk states kept from the forward for the backward, as for the gated ops.
+  const size_t kept = EnvInt("FLAME_BENCH_RECOMPUTE_STATES", 0) != 0 ? 0
+                      : gated ? GatedDeltaRuleChunkStatesBytes(p)
+                              : DeltaRuleChunkStatesBytes(p);
+  if (kept > 0) p.chunk_states = buf.Alloc<unsigned char>(kept);
   const size_t ws = gated ? std::max(GatedDeltaRuleChunkWorkspaceBytes(p, true),
                                      GatedDeltaRuleChunkWorkspaceBytes(p, false))
                           : std::max(DeltaRuleChunkWorkspaceBytes(p, true),
@@ -305,7 +315,7 @@ Timed MakeDelta(const std::string& op, const Shape& s, Buffers& buf) {
   t.bwd_bytes = 2 * (2 * K + 2 * V) + 4 + gb + 2 * (2 * K + V) + 4 + gb;
   t.fwd_flops = 6 * C * K + 4 * C * V + 6 * K * V + 2 * C * C / 3;
   t.bwd_flops = 16 * C * K + 10 * C * V + 16 * K * V + 4 * C * C;
-  t.workspace_bytes = ws;
+  t.workspace_bytes = ws + kept;
   return t;
 }
 
@@ -354,7 +364,8 @@ void Run(const std::string& op, const Shape& s, int reps) {
 
 // Usage: chunk_attention_benchmark [op[,op...] [shape index]]; FLAME_BENCH_REPS (20),
 // FLAME_BENCH_WARMUP (5) and FLAME_BENCH_BUDGET_MS (1500) set the repetitions (a profiler run
-// wants 1, 0 and 0).
+// wants 1, 0 and 0); FLAME_BENCH_RECOMPUTE_STATES=1 times every op's backward recomputing the
+// per-chunk states instead of reading the forward's.
 int main(int argc, char** argv) {
   using flame::kernels::Shape;
   std::vector<Shape> shapes = {{4, 2048, 16, 128},

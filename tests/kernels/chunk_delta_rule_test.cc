@@ -15,6 +15,38 @@ TEST_P(ChunkDeltaRule, MatchesNaiveRecurrenceForwardAndBackward) {
   RunDeltaCaseOnGpu(GetParam());
 }
 
+// The kept states move out of the workspace (no GPU needed: sizes and the launchers' checks).
+TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
+  ChunkDeltaParams p;
+  p.batch = 2;
+  p.seq_len = 100;  // 2 chunks per sequence
+  p.heads = 2;
+  p.k_dim = 128;
+  p.v_dim = 64;
+  const size_t ut = 2 * 100 * 2 * 64 * 2;      // bf16 [B*T, H, V], 256-byte aligned
+  const size_t states = 4 * 2 * 128 * 64 * 2;  // bf16 per chunk and head
+  EXPECT_EQ(DeltaRuleChunkStatesBytes(p), ut + states);
+  EXPECT_EQ(GatedDeltaRuleChunkStatesBytes(p), ut + states);
+  const size_t forward = DeltaRuleChunkWorkspaceBytes(p, false);
+  const size_t backward = DeltaRuleChunkWorkspaceBytes(p, true);
+  alignas(256) static unsigned char kept[512];
+  p.chunk_states = kept;
+  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, false), forward - ut - states);
+  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, true), backward - ut - states);
+  p.chunk_states = kept + 16;  // the launchers want them 256-byte aligned, like the workspace
+  alignas(256) static unsigned char workspace[256];
+  alignas(16) static __nv_bfloat16 tensor[8];
+  static float beta[8];
+  p.workspace = workspace;
+  p.q = p.k = p.v = p.o = tensor;
+  p.beta = beta;
+  p.scale = 0.125f;
+  p.qk_strides = ContiguousStrides(100, 2, 128);
+  p.v_strides = ContiguousStrides(100, 2, 64);
+  p.scalar_strides = ContiguousStrides(100, 2, 1);
+  EXPECT_EQ(DeltaRuleChunkForward(p, nullptr), cudaErrorInvalidValue);
+}
+
 const std::vector<int32_t> kOddLengths = {0, 1, 64, 129, 200, 263};  // 1, 63, 65, 71, 63
 
 INSTANTIATE_TEST_SUITE_P(

@@ -56,6 +56,31 @@ TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   EXPECT_EQ(SimpleGlaChunkScoresBytes(p), size_t{4} * 2 * 64 * 64 * 2);
 }
 
+TEST(GatedChunkWorkspace, LeavesTheStatesToTheCallerWhoKeepsThem) {
+  ChunkGatedParams p = ValidUniformParams();
+  alignas(16) static __nv_bfloat16 kept[8];
+  p.chunk_states = kept;
+  const size_t states = 4 * 2 * 128 * 64 * 2;
+  EXPECT_EQ(SimpleGlaChunkStatesBytes(p), states);
+  EXPECT_EQ(GlaChunkStatesBytes(p), states);
+  const size_t dg_sums = 8448, channel_decays = 4 * 2 * 128 * 4, decayed = 4 * 2 * 64 * 128 * 2;
+  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, false), 0u);
+  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), states + dg_sums);
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), channel_decays + 2 * decayed);
+  // The channel gate's backward keeps room to recompute them: its scan path does.
+  EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + 2 * decayed);
+}
+
+TEST(GatedChunkLaunchers, RejectMisalignedKeptStates) {
+  ChunkGatedParams p = ValidUniformParams();
+  alignas(16) static unsigned char workspace[16];
+  alignas(16) static __nv_bfloat16 kept[16];
+  p.workspace = workspace;
+  p.chunk_states = kept + 1;  // 2-byte aligned
+  EXPECT_EQ(GlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+  EXPECT_EQ(SimpleGlaChunkForward(p, nullptr), cudaErrorInvalidValue);
+}
+
 TEST(GatedChunkLaunchers, RejectMissingOrMisalignedScores) {
   ChunkGatedParams p = ValidUniformParams();
   alignas(16) static unsigned char workspace[16];

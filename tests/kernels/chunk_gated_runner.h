@@ -2,11 +2,13 @@
 // checks outputs and every gradient (issue 3's bar: relative RMS <= 5e-3, gate gradients 2e-2).
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/gla/chunk_gla.h"
@@ -127,9 +129,15 @@ inline void RunCase(const Case& c) {
   p.dk = gk.get();
   p.dv = gv.get();
   p.d_initial_state = gh0.get();
-  const size_t ws_bytes = gla ? GlaChunkWorkspaceBytes(p, true) : SimpleGlaChunkWorkspaceBytes(p, true);
-  const size_t ws_fwd = gla ? GlaChunkWorkspaceBytes(p, false) : SimpleGlaChunkWorkspaceBytes(p, false);
-  Device<unsigned char> ws(std::max(ws_bytes, ws_fwd));
+  // The forward keeps the per-chunk states for the first backward; the second recomputes them.
+  Device<unsigned char> kept(gla ? GlaChunkStatesBytes(p) : SimpleGlaChunkStatesBytes(p));
+  const auto workspace_bytes = [&](bool backward) {
+    return gla ? GlaChunkWorkspaceBytes(p, backward) : SimpleGlaChunkWorkspaceBytes(p, backward);
+  };
+  size_t ws_bytes = workspace_bytes(true);  // recomputing: the largest
+  p.chunk_states = reinterpret_cast<__nv_bfloat16*>(kept.get());
+  ws_bytes = std::max({ws_bytes, workspace_bytes(false), workspace_bytes(true)});
+  Device<unsigned char> ws(ws_bytes);
   p.workspace = ws.get();
   // The forward leaves its scores here for the backward.
   Device<unsigned char> scores(gla ? GlaChunkScoresBytes(p) : SimpleGlaChunkScoresBytes(p));
@@ -142,11 +150,28 @@ inline void RunCase(const Case& c) {
   std::printf("%s\n", CaseName(c).c_str());
   ExpectClose("o", ToHost(o), o_ref, 5e-3);
   ExpectClose("ht", ToHost(ht), ht_ref, 5e-3);
-  ExpectClose("dq", ToHost(gq), dq_ref, 5e-3);
-  ExpectClose("dk", ToHost(gk), dk_ref, 5e-3);
-  ExpectClose("dv", ToHost(gv), dv_ref, 5e-3);
-  ExpectClose("dh0", ToHost(gh0), dh0_ref, 5e-3);
-  if (c.family != Family::kRetention) ExpectClose("dg", ToHost(gg), dg_ref, 2e-2);
+  const auto expect_grads = [&](const char* suffix) {
+    const auto name = [&](const char* grad) { return std::string(grad) + suffix; };
+    ExpectClose(name("dq"), ToHost(gq), dq_ref, 5e-3);
+    ExpectClose(name("dk"), ToHost(gk), dk_ref, 5e-3);
+    ExpectClose(name("dv"), ToHost(gv), dv_ref, 5e-3);
+    ExpectClose(name("dh0"), ToHost(gh0), dh0_ref, 5e-3);
+    if (c.family != Family::kRetention) ExpectClose(name("dg"), ToHost(gg), dg_ref, 2e-2);
+  };
+  expect_grads("");
+
+  // Again without the kept states (the gradients reset to NaN first, so stale ones fail).
+  p.chunk_states = nullptr;
+  for (const auto& [ptr, bytes] : {std::pair<void*, size_t>{gq.get(), nk * 2},
+                                   {gk.get(), nk * 2},
+                                   {gv.get(), nv * 2},
+                                   {gh0.get(), ns * 4},
+                                   {gg.get(), g.size() * 4}}) {
+    ASSERT_EQ(cudaMemset(ptr, 0xff, bytes), cudaSuccess);
+  }
+  ASSERT_EQ(gla ? GlaChunkBackward(p, nullptr) : SimpleGlaChunkBackward(p, nullptr), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  expect_grads("_recomputed");
 }
 
 }  // namespace flame::kernels::chunk_testing

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "kernels/delta_rule/chunk_delta_rule.h"
@@ -40,27 +42,52 @@ inline void RunDeltaCaseOnGpu(const DeltaCase& c) {
       o.get(),      dq.get(),       dk.get(),       dv.get(),   ht.get(),    dbeta.get(),
       da.get(),     dA_log.get(),   ddt_bias.get(), dh0.get(),  nullptr};
   ChunkDeltaParams p = MakeDeltaParams(pr, b);
+  // The backward that recomputes the states needs the most workspace.
   const size_t bytes =
       c.gated ? GatedDeltaRuleChunkWorkspaceBytes(p, true) : DeltaRuleChunkWorkspaceBytes(p, true);
   Device<unsigned char> workspace(bytes);  // cudaMalloc: 256-byte aligned
   ASSERT_NE(workspace.get(), nullptr);
   p.workspace = workspace.get();
+  // The forward keeps the per-chunk states for the first backward; the second recomputes them.
+  Device<unsigned char> kept(c.gated ? GatedDeltaRuleChunkStatesBytes(p)
+                                     : DeltaRuleChunkStatesBytes(p));
+  p.chunk_states = kept.get();
 
+  const auto backward = [&] {
+    return c.gated ? GatedDeltaRuleChunkBackward(p, nullptr) : DeltaRuleChunkBackward(p, nullptr);
+  };
+  const auto check = [&](const std::string& suffix) {
+    DeltaResult r{ToHost(o),     ToHost(ht), ToHost(dq), ToHost(dk), ToHost(dv),
+                  ToHost(dbeta), {},         {},         {},         ToHost(dh0)};
+    if (c.gated) {
+      r.da = ToHost(da);
+      r.dA_log = ToHost(dA_log);
+      r.ddt_bias = ToHost(ddt_bias);
+    }
+    ExpectDeltaResult(pr, r, 5e-3, 2e-2, suffix);
+  };
   ASSERT_EQ(c.gated ? GatedDeltaRuleChunkForward(p, nullptr) : DeltaRuleChunkForward(p, nullptr),
             cudaSuccess);
-  ASSERT_EQ(c.gated ? GatedDeltaRuleChunkBackward(p, nullptr) : DeltaRuleChunkBackward(p, nullptr),
-            cudaSuccess);
+  ASSERT_EQ(backward(), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-
-  DeltaResult r{ToHost(o),     ToHost(ht), ToHost(dq), ToHost(dk), ToHost(dv),
-                ToHost(dbeta), {},         {},         {},         ToHost(dh0)};
-  if (c.gated) {
-    r.da = ToHost(da);
-    r.dA_log = ToHost(dA_log);
-    r.ddt_bias = ToHost(ddt_bias);
-  }
   std::printf("%s\n", DeltaCaseName(c).c_str());
-  ExpectDeltaResult(pr, r, 5e-3, 2e-2);
+  check("");
+
+  // Again without the kept states (the gradients reset to NaN first, so stale ones fail).
+  p.chunk_states = nullptr;
+  for (const auto& [ptr, bytes] : {std::pair<void*, size_t>{dq.get(), dq.size() * 2},
+                                   {dk.get(), dk.size() * 2},
+                                   {dv.get(), dv.size() * 2},
+                                   {dbeta.get(), dbeta.size() * 4},
+                                   {dh0.get(), dh0.size() * 4},
+                                   {da.get(), da.size() * 4},
+                                   {dA_log.get(), dA_log.size() * 4},
+                                   {ddt_bias.get(), ddt_bias.size() * 4}}) {
+    ASSERT_EQ(cudaMemset(ptr, 0xff, bytes), cudaSuccess);
+  }
+  ASSERT_EQ(backward(), cudaSuccess);
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  check("_recomputed");
 }
 
 }  // namespace flame::kernels::chunk_testing

@@ -169,19 +169,20 @@ struct DeltaResult {
 
 // Relative RMS bars: `tol` for outputs and q/k/v/state gradients, `gate_tol` for dbeta, da,
 // dA_log and ddt_bias (issue 3: 5e-3 and 2e-2 for the bf16 GPU kernels).
+// `suffix` tells apart the printed errors of several runs of one case.
 inline void ExpectDeltaResult(const DeltaProblem& pr, const DeltaResult& r, double tol,
-                              double gate_tol) {
-  ExpectClose("o", r.o, pr.o, tol);
-  ExpectClose("ht", r.ht, pr.ht, tol);
-  ExpectClose("dq", r.dq, pr.dq, tol);
-  ExpectClose("dk", r.dk, pr.dk, tol);
-  ExpectClose("dv", r.dv, pr.dv, tol);
-  ExpectClose("dh0", r.dh0, pr.dh0, tol);
-  ExpectClose("db", r.dbeta, pr.dbeta, gate_tol);
+                              double gate_tol, const std::string& suffix = "") {
+  ExpectClose("o" + suffix, r.o, pr.o, tol);
+  ExpectClose("ht" + suffix, r.ht, pr.ht, tol);
+  ExpectClose("dq" + suffix, r.dq, pr.dq, tol);
+  ExpectClose("dk" + suffix, r.dk, pr.dk, tol);
+  ExpectClose("dv" + suffix, r.dv, pr.dv, tol);
+  ExpectClose("dh0" + suffix, r.dh0, pr.dh0, tol);
+  ExpectClose("db" + suffix, r.dbeta, pr.dbeta, gate_tol);
   if (pr.c.gated) {
-    ExpectClose("da", r.da, pr.da, gate_tol);
-    ExpectClose("dA_log", r.dA_log, pr.dA_log, gate_tol);
-    ExpectClose("ddt_bias", r.ddt_bias, pr.ddt_bias, gate_tol);
+    ExpectClose("da" + suffix, r.da, pr.da, gate_tol);
+    ExpectClose("dA_log" + suffix, r.dA_log, pr.dA_log, gate_tol);
+    ExpectClose("ddt_bias" + suffix, r.ddt_bias, pr.ddt_bias, gate_tol);
   }
 }
 

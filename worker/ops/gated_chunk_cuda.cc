@@ -4,9 +4,12 @@
 // The Function works on the kernels' types: bf16 q, k, v, fp32 gates and states, int32
 // cu_seqlens with chunk offsets. The entry points convert into them with differentiable ATen ops
 // (`to`, `contiguous`), so autograd casts the gradients back to whatever the caller passed.
-// The forward keeps no per-chunk states: the backward recomputes them (the launchers' contract),
-// so the saved tensors are the inputs and the intra-chunk scores the forward wrote for the
-// backward (bf16 [chunks, H, 64, 64], half the size of q at K = 128).
+// The saved tensors are the inputs, the intra-chunk scores the forward wrote for the backward
+// (bf16 [chunks, H, 64, 64], half the size of q at K = 128) and the per-chunk states (bf16
+// [chunks, H, K, V]: K V / 32 bytes per token and head, 2/3 of q, k and v at K = V = 128), so
+// that the backward runs one sequential pass over the chunks instead of two (recomputing the
+// states took 150-310 us of chunk_simple_gla's forward + backward at fla's long shapes on the
+// H200).
 #include <torch/torch.h>
 
 #include <optional>
@@ -71,11 +74,16 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     const torch::Tensor scores = torch::empty({static_cast<int64_t>(scores_bytes)},
                                               q.options().dtype(torch::kUInt8));
     p.intra_scores = static_cast<__nv_bfloat16*>(scores.data_ptr());
+    const size_t states_bytes =
+        channel_gate ? kernels::GlaChunkStatesBytes(p) : kernels::SimpleGlaChunkStatesBytes(p);
+    const torch::Tensor states =
+        torch::empty({static_cast<int64_t>(states_bytes)}, q.options().dtype(torch::kUInt8));
+    p.chunk_states = static_cast<__nv_bfloat16*>(states.data_ptr());
     const variable_list out =
         RunChunkForward(channel_gate ? kGla : kSimpleGla, q, v, seqs, output_final_state, &p);
 
     ctx->save_for_backward(
-        {q, k, v, g, g_gamma, h0, seqs.cu_seqlens, seqs.chunk_offsets, scores});
+        {q, k, v, g, g_gamma, h0, seqs.cu_seqlens, seqs.chunk_offsets, scores, states});
     ctx->saved_data["total_chunks"] = total_chunks;
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["channel_gate"] = channel_gate;
@@ -93,6 +101,7 @@ class GatedChunkFunction : public torch::autograd::Function<GatedChunkFunction> 
     kernels::ChunkGatedParams p = MakeParams(q, k, v, g, g_gamma, h0, seqs,
                                              ctx->saved_data["scale"].toDouble(), channel_gate);
     p.intra_scores = static_cast<__nv_bfloat16*>(saved[8].data_ptr());
+    p.chunk_states = static_cast<__nv_bfloat16*>(saved[9].data_ptr());
     const torch::Tensor dg = g.defined() ? torch::empty_like(g) : torch::Tensor();
     p.dg = Fp32Ptr(dg);
     const ChunkGrads d = RunChunkBackward(channel_gate ? kGla : kSimpleGla, grads, q, k, v, h0, &p);
