@@ -1,7 +1,8 @@
 // o (forward) and dv (backward) of chunk_simple_gla (the per-head gate; chunk_gla's are in
 // chunk_gated_channel.cuh). Device code; included through chunk_gated.cuh.
 //
-// One block per (chunk, head, 64-wide V slice), every product accumulated in registers:
+// HeadOutputKernel: one block per (chunk, head, 64-wide V slice), every product accumulated in
+// registers (HeadChunkOutputKernel, below, takes K <= 128 with one block per (chunk, head)):
 //   forward:  o[:, v]  = diag(scale 2^G) (Q h_c[:, v]) + P V[:, v],
 //             P_ij = scale (q_i . k_j) 2^(G_i - G_j) for j <= i
 //   backward: dv[:, v] = diag(2^(G_last - G)) (K dh_c[:, v]) + P^T dO[:, v]
@@ -112,6 +113,94 @@ __global__ void __launch_bounds__(kThreads, kGradV ? 4 : 3)
   // forward P V; backward P^T dO (P read as a column-major left operand).
   tile::MmaBf16Acc64<!kGradV, true>(acc, kBT, scores, kLdBf16, rhs, kLdBf16);
   StoreAccRows(acc, x(0), kGradV ? p.dv : p.o, p.v_strides, c, h, v0);
+}
+
+// o (forward) or dv (backward) with one block per (chunk, head), for K <= kChunkOutputMaxK: the
+// K slices' tiles of X (q forward, k backward) stay in shared memory beside the scores (computed
+// once per chunk forward, from k's resident tiles; copied backward), and the V slices' tiles (v or
+// d_o, and the state's K x 64 columns) stream through two stages -- where HeadOutputKernel's
+// V-slice blocks each copy X and the scores, and forward compute the scores, V / 64 times.
+// K = 128: 11 tiles forward (101 KB), 9 backward (83 KB), two blocks per SM. (A template on the
+// gate only so that the header defines it in each launcher's translation unit without a clash.)
+constexpr int kChunkOutputMaxK = 128;
+inline size_t HeadChunkOutputSmemBytes(int k_dim, int v_dim, bool grad_v) {
+  const int ks = k_dim / kBK, stages = v_dim / kBK > 1 ? 2 : 1;
+  const size_t tiles = (grad_v ? 1 : 2) * ks + 1 + stages * (1 + ks);
+  return kBT * sizeof(float) + tiles * kTileElems * sizeof(bf16);
+}
+
+template <Gate kGate, bool kGradV>
+__global__ void __launch_bounds__(kThreads, 2)
+    HeadChunkOutputKernel(ChunkGatedParams p, const bf16* states) {
+  static_assert(kGate == Gate::kHead, "the channel gate's are ChannelOutputKernel's");
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  float* G = reinterpret_cast<float*>(smem_raw);
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kBT * sizeof(float));
+  const int ks = p.k_dim / kBK, vs = p.v_dim / kBK, stages = vs > 1 ? 2 : 1;
+  const auto xx = [&](int kk) { return tiles + kk * kTileElems; };         // q or k
+  const auto xk = [&](int kk) { return tiles + (ks + kk) * kTileElems; };  // forward: k
+  bf16* scores = tiles + (kGradV ? 1 : 2) * ks * kTileElems;
+  // Stage of V slice j: v's or d_o's columns, then the state's rows of each K slice in them.
+  const auto rhs = [&](int j) { return scores + (1 + j % stages * (1 + ks)) * kTileElems; };
+  const auto st = [&](int j, int kk) { return rhs(j) + (1 + kk) * kTileElems; };
+  const Chunk c = LocateChunk(p, blockIdx.x);
+  const int h = blockIdx.y;
+  bf16* const kept_scores = p.intra_scores + ScoresOffset(p, c.global, h);
+  const auto issue = [&](int j) {
+    AsyncRows(rhs(j), kGradV ? p.d_o : p.v, p.v_strides, c, h, j * kBK);
+    for (int kk = 0; kk < ks; ++kk) {
+      AsyncStateTile(st(j, kk), states, p, c.global, h, kk * kBK, j * kBK);
+    }
+  };
+
+  GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
+  FetchGate<Gate::kHead>(gate, p, c, h, 0);
+  for (int kk = 0; kk < ks; ++kk) {
+    AsyncRows(xx(kk), kGradV ? p.k : p.q, p.qk_strides, c, h, kk * kBK);
+    if (!kGradV) AsyncRows(xk(kk), p.k, p.qk_strides, c, h, kk * kBK);
+  }
+  if (kGradV) AsyncBlock(scores, kept_scores, kBT);
+  issue(0);
+  __pipeline_commit();
+  if (vs > 1) issue(1);
+  __pipeline_commit();
+  CommitGate<Gate::kHead>(G, gate);  // synchronises
+
+  const float scale = p.scale, g_last = G[kBT - 1];
+  StreamSlices(vs, issue, [&](int j) {
+    if (!kGradV && j == 0) {  // the scores, masked (j <= i) and decayed, once
+      tile::Acc64 score;
+      score.Zero();
+      for (int kk = 0; kk < ks; ++kk) {
+        tile::MmaBf16Acc64<true, false>(score, kBK, xx(kk), kLdBf16, xk(kk), kLdBf16);
+      }
+      score.Transform([&](int r, int col, float v) {
+        return col <= r ? v * scale * exp2f(G[r] - G[col]) : 0.0f;
+      });
+      score.StoreBf16(scores, kLdBf16);
+    }
+    // The inter-chunk part X h_c (or X dh_c) over the K slices, its rows decayed.
+    tile::Acc64 acc;
+    acc.Zero();
+    for (int kk = 0; kk < ks; ++kk) {
+      tile::MmaBf16Acc64<true, true>(acc, kBK, xx(kk), kLdBf16, st(j, kk), kLdBf16);
+    }
+    acc.Transform([&](int r, int, float v) {
+      return v * (kGradV ? exp2f(g_last - G[r]) : scale * exp2f(G[r]));
+    });
+    if (!kGradV && j == 0) {
+      __syncthreads();                                 // every warp's scores are stored
+      ForBlockItems<kThreads, kBT * 8>([&](int idx) {  // P for the backward
+        const int r = idx / 8, c8 = idx % 8;
+        *reinterpret_cast<uint4*>(kept_scores + r * kBT + c8 * 8) =
+            *reinterpret_cast<const uint4*>(scores + r * kLdBf16 + c8 * 8);
+      });
+    }
+    // forward P V; backward P^T dO (P read as a column-major left operand).
+    tile::MmaBf16Acc64<!kGradV, true>(acc, kBT, scores, kLdBf16, rhs(j), kLdBf16);
+    __syncthreads();  // no warp reads this slice's right-hand tile any more: it stages the result
+    StoreAccRows(acc, rhs(j), kGradV ? p.dv : p.o, p.v_strides, c, h, j * kBK);
+  });
 }
 
 }  // namespace flame::kernels::gated_chunk
