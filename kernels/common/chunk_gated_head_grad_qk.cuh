@@ -2,7 +2,7 @@
 // chunk_gated_channel.cuh). Device code; included through chunk_gated.cuh.
 //
 // HeadGradQKKernel: one block per (chunk, head, 64-wide K slice), products accumulated in
-// registers:
+// registers (HeadChunkGradQKKernel, below, takes V <= 128 with one block per (chunk, head)):
 //   dP    = scale tril(dO V^T) 2^(G_i - G_j)                  (recomputed per K slice)
 //   dq    = diag(scale 2^G) (dO h_c^T) + dP K
 //   dk    = diag(2^(G_last - G)) (V dh_c^T) + dP^T Q            (the first term is dk_inter)
@@ -192,6 +192,152 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int w = 0; w < kWarps; ++w) state_sum += state_parts[w];
       part[kPartState] = state_sum * exp2f(g_last);
     }
+  }
+}
+
+// dq, dk and the dg sums with one block per (chunk, head), for V <= kChunkGradMaxV: d_o and v of
+// every V slice stay in shared memory, so dP = scale tril(dO V^T) 2^(G_i - G_j) is computed and
+// d_o and v are copied once per chunk, where HeadGradQKKernel's K-slice blocks each do both. The
+// K slices follow one another: the state tiles (h_c and dh_c) of step s = (K slice s / (V/64), V
+// slice s % (V/64)) stream through two stages, and q and k of the next K slice are copied once
+// the products of this one are done with them. The dg sums go to `parts` per K slice, as
+// HeadGradQKKernel's do. V = 128: 11 tiles (104 KB), two blocks per SM.
+constexpr int kChunkGradMaxV = 128;
+inline size_t HeadChunkGradQKSmemBytes(int v_dim) {
+  return kGradHeaderBytes + (2 * (v_dim / kBK) + 7) * kTileElems * sizeof(bf16);
+}
+
+template <bool kGateGrad>
+__global__ void __launch_bounds__(kThreads, 2)
+    HeadChunkGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states,
+                          float* parts) {
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  float* G = reinterpret_cast<float*>(smem_raw);
+  float* kdk_parts = G + kBT;                            // [64][kColumnTiles]
+  float* term_parts = kdk_parts + kBT * kColumnTiles;    // [64][kColumnTiles]
+  float* state_parts = term_parts + kBT * kColumnTiles;  // [kWarps]
+  bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kGradHeaderBytes);
+  const int ks = p.k_dim / kBK, vs = p.v_dim / kBK, steps = ks * vs;
+  const auto xo = [&](int j) { return tiles + j * kTileElems; };         // d_o, V slice j
+  const auto xv = [&](int j) { return tiles + (vs + j) * kTileElems; };  // v
+  bf16* dP = tiles + 2 * vs * kTileElems;
+  bf16* xq = dP + kTileElems;  // q, the current K slice
+  bf16* xk = xq + kTileElems;  // k
+  const auto hs = [&](int s) { return xk + (1 + s % 2 * 2) * kTileElems; };
+  const auto dhs = [&](int s) { return hs(s) + kTileElems; };
+  const Chunk c = LocateChunk(p, blockIdx.x);
+  const int h = blockIdx.y;
+  const auto issue = [&](int s) {  // one group per step, empty past the last
+    if (s < steps) {
+      const int k0 = s / vs * kBK, v0 = s % vs * kBK;
+      AsyncStateTile(hs(s), states, p, c.global, h, k0, v0);
+      AsyncStateTile(dhs(s), d_states, p, c.global, h, k0, v0);
+    }
+    __pipeline_commit();
+  };
+  const auto issue_qk = [&](int kk) {
+    AsyncRows(xq, p.q, p.qk_strides, c, h, kk * kBK);
+    AsyncRows(xk, p.k, p.qk_strides, c, h, kk * kBK);
+  };
+
+  GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
+  FetchGate<Gate::kHead>(gate, p, c, h, 0);
+  for (int j = 0; j < vs; ++j) {
+    AsyncRows(xo(j), p.d_o, p.v_strides, c, h, j * kBK);
+    AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
+  }
+  issue_qk(0);
+  issue(0);  // the first group: d_o, v, q and k of K slice 0, and step 0
+  issue(1);
+  CommitGate<Gate::kHead>(G, gate);  // synchronises
+  __pipeline_wait_prior(1);
+  __syncthreads();
+
+  const float scale = p.scale, g_last = G[kBT - 1];
+  {  // dP over the V slices (B(vv, j) = v[j][vv], the column-major view of v)
+    tile::Acc64 score;
+    score.Zero();
+    for (int j = 0; j < vs; ++j) {
+      tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
+    }
+    score.Transform([&](int r, int col, float x) {
+      return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f;
+    });
+    score.StoreBf16(dP, kLdBf16);  // read after the first K slice's barrier below
+  }
+
+  auto at = [](const bf16* t, int r, int col) { return ToFloat(t[r * kLdBf16 + col]); };
+  tile::Acc64 dq, dk;
+  dq.Zero();
+  dk.Zero();
+  float state_dot = 0.0f;
+  bool qk_newest = false;  // the latest group is the next K slice's q and k, not a step's states
+  for (int s = 0; s < steps; ++s) {
+    const int kk = s / vs, j = s % vs;
+    if (s > 0) {
+      if (qk_newest) {
+        __pipeline_wait_prior(1);
+      } else {
+        __pipeline_wait_prior(0);
+      }
+      __syncthreads();  // step s's states are in; every warp is done with step s - 1's stage
+      issue(s + 1);
+      qk_newest = false;
+    }
+    // dO h_c^T and V dh_c^T (B(vv, kk) = h_c[kk][vv]), and <h_c, dh_c> for dg.
+    tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(s), kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(s), kLdBf16);
+    if constexpr (kGateGrad) {
+      ForBlockItems<kThreads, kBK * kBK>([&](int idx) {
+        const int r = idx / kBK, col = idx % kBK;
+        state_dot += at(hs(s), r, col) * at(dhs(s), r, col);
+      });
+    }
+    if (j + 1 < vs) continue;
+
+    // K slice kk's sums over V are done: its rows decayed, then dP K and dP^T Q.
+    __pipeline_wait_prior(1);  // q and k of this slice (all but the newest step's group)
+    __syncthreads();           // ... and, the first time, dP
+    dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
+    dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
+    if constexpr (kGateGrad) {
+      StoreRowSumParts(kdk_parts, [&](int r, int col, int i, int e) {
+        return at(xk, r, col) * dk.part[i].x[e];
+      });
+    }
+    tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);   // dq += dP K
+    tile::MmaBf16Acc64<false, true>(dk, kBT, dP, kLdBf16, xq, kLdBf16);  // dk += dP^T Q
+    if constexpr (kGateGrad) {
+      // Per element, then summed (see HeadGradQKKernel).
+      StoreRowSumParts(term_parts, [&](int r, int col, int i, int e) {
+        return at(xq, r, col) * dq.part[i].x[e] - at(xk, r, col) * dk.part[i].x[e];
+      });
+      state_dot = WarpSum(state_dot);
+      if (threadIdx.x % 32 == 0) state_parts[threadIdx.x / 32] = state_dot;
+    }
+    __syncthreads();  // no warp reads this step's stage any more: it stages the results
+    StoreAccRows(dq, hs(s), p.dq, p.qk_strides, c, h, kk * kBK);
+    StoreAccRows(dk, dhs(s), p.dk, p.qk_strides, c, h, kk * kBK);
+    if constexpr (kGateGrad) {
+      float* part = parts + ((int64_t{c.global} * p.heads + h) * ks + kk) * kPartStride;
+      if (threadIdx.x < kBT) {
+        part[kPartKdk + threadIdx.x] = RowSum(kdk_parts, threadIdx.x);
+        part[kPartTerms + threadIdx.x] = RowSum(term_parts, threadIdx.x);
+      }
+      if (threadIdx.x == 0) {
+        float state_sum = 0.0f;
+        for (int w = 0; w < kWarps; ++w) state_sum += state_parts[w];
+        part[kPartState] = state_sum * exp2f(g_last);
+      }
+    }
+    if (kk + 1 < ks) {  // every warp is past its reads of q and k (StoreAccRows synchronised)
+      issue_qk(kk + 1);
+      __pipeline_commit();
+      qk_newest = true;
+    }
+    dq.Zero();
+    dk.Zero();
+    state_dot = 0.0f;
   }
 }
 
