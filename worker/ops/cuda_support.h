@@ -200,7 +200,7 @@ struct ChunkGrads {
 
 // The backward of a chunk Function, once `p` holds its inputs and the family's own gradient
 // outputs (gates, beta): takes `grads`, the gradients of {o, final_state}, allocates dq, dk, dv
-// and dh0, and runs the family's backward (which recomputes the forward).
+// and dh0, and runs the family's backward (which recomputes what the forward did not keep).
 template <typename Params>
 ChunkGrads RunChunkBackward(const ChunkLaunchers<Params>& family,
                             const std::vector<torch::Tensor>& grads, const torch::Tensor& q,
