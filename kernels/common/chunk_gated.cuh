@@ -7,8 +7,9 @@
 //         exp2 of differences, always arranged so that the exponent is <= 0.
 //   h_c   state entering chunk c (K x V):  h_{c+1} = diag(2^G_last) h_c + (K * 2^(G_last-G))^T V
 //   o     scale * [(Q * 2^G) h_c + tril(A) V],  A_ij = sum_k q_ik k_jk 2^(G_ik - G_jk)
-//   dh_c  gradient of the state leaving chunk c: dh_{c-1} = diag(2^G_last) dh_c + scale (Q*2^G)^T
-//   dO dg    reverse cumsum over the sequence of (q dq - k dk), rewritten per chunk so that it
+//   dh_c  gradient of the state leaving chunk c:
+//         dh_{c-1} = diag(2^G_last) dh_c + scale (Q*2^G)^T dO
+//   dg    reverse cumsum over the sequence of (q dq - k dk), rewritten per chunk so that it
 //         needs no pass over the sequence (see chunk_gated_channel.cuh).
 // States are stored per chunk in bf16 (fla does the same in its forward); the running state and
 // every accumulator are fp32.
@@ -73,8 +74,8 @@ inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 
 // The workspace, in this order: the per-chunk states h (bf16; the caller's chunk_states instead
 // where it keeps them -- but the channel gate's backward keeps room to recompute them, which its
-// scan path does); backward: their gradients dh; head
-// gate, backward: HeadGradQKKernel's per-slice dg sums; channel gate: the chunks' decays
+// scan path does); backward: their gradients dh; head gate, backward: HeadGradQKKernel's
+// per-slice dg sums (V > 128); channel gate: the chunks' decays
 // (StateScanKernel's factors, or the state pass's row decays), `decayed`, the decayed operand X
 // of ChannelOutputKernel (forward q scale 2^G from ChannelScoresKernel; backward k 2^(G_last - G),
 // from ChannelGradQKKernel, or, with the state pass, from ChunkDecayKernel as the pass's decayed

@@ -75,15 +75,15 @@ inline void RunDeltaCaseOnGpu(const DeltaCase& c) {
 
   // Again without the kept states (the gradients reset to NaN first, so stale ones fail).
   p.chunk_states = nullptr;
-  for (const auto& [ptr, bytes] : {std::pair<void*, size_t>{dq.get(), dq.size() * 2},
-                                   {dk.get(), dk.size() * 2},
-                                   {dv.get(), dv.size() * 2},
-                                   {dbeta.get(), dbeta.size() * 4},
-                                   {dh0.get(), dh0.size() * 4},
-                                   {da.get(), da.size() * 4},
-                                   {dA_log.get(), dA_log.size() * 4},
-                                   {ddt_bias.get(), ddt_bias.size() * 4}}) {
-    ASSERT_EQ(cudaMemset(ptr, 0xff, bytes), cudaSuccess);
+  for (const auto& [ptr, size] : {std::pair<void*, size_t>{dq.get(), dq.size() * 2},
+                                  {dk.get(), dk.size() * 2},
+                                  {dv.get(), dv.size() * 2},
+                                  {dbeta.get(), dbeta.size() * 4},
+                                  {dh0.get(), dh0.size() * 4},
+                                  {da.get(), da.size() * 4},
+                                  {dA_log.get(), dA_log.size() * 4},
+                                  {ddt_bias.get(), ddt_bias.size() * 4}}) {
+    ASSERT_EQ(cudaMemset(ptr, 0xff, size), cudaSuccess);
   }
   ASSERT_EQ(backward(), cudaSuccess);
   ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
