@@ -97,15 +97,73 @@ __device__ inline float RowSum(const float* parts, int r) {
   return ((p[0] + p[1]) + p[2]) + p[3];
 }
 
+// A block's dg sums in its shared-memory header, after G: two parts per row and column tile
+// (kdk_r and q_r.dq_r - k_r.dk_r), one per warp (<h_c, dh_c>).
+struct GradSumParts {
+  float* kdk;
+  float* terms;
+  float* state;
+  __device__ explicit GradSumParts(float* after_g)
+      : kdk(after_g), terms(after_g + kBT * kColumnTiles), state(terms + kBT * kColumnTiles) {}
+};
+
+__device__ inline float TileAt(const bf16* t, int r, int col) {
+  return ToFloat(t[r * kLdBf16 + col]);
+}
+
+// The end of one K slice's dq and dk, their sums over V done and dP stored to shared memory
+// (before_dp() orders those stores before its products, where the caller has not yet): the rows
+// decayed, dq += dP K, dk += dP^T Q, and, with kGateGrad, the slice's dg sums' parts.
+template <bool kGateGrad, typename BeforeDp>
+__device__ inline void FinishSliceGrads(tile::Acc64& dq, tile::Acc64& dk, float state_dot,
+                                        const float* G, float scale, const bf16* dP, const bf16* xq,
+                                        const bf16* xk, const GradSumParts& sums,
+                                        BeforeDp before_dp) {
+  dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
+  const float g_last = G[kBT - 1];
+  dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
+  if constexpr (kGateGrad) {
+    StoreRowSumParts(sums.kdk, [&](int r, int col, int i, int e) {
+      return TileAt(xk, r, col) * dk.part[i].x[e];
+    });
+  }
+  before_dp();
+  tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);  // dq += dP K
+  // dk += dP^T Q, with A(j, i) = dP[i][j].
+  tile::MmaBf16Acc64<false, true>(dk, kBT, dP, kLdBf16, xq, kLdBf16);
+
+  if constexpr (kGateGrad) {
+    // Per element, then summed: at strong decays q.dq and k.dk nearly cancel (for a lone diagonal
+    // score dq_t = dP_tt k_t, dk_t = dP_tt q_t), and two separate row sums would leave their
+    // fp32 rounding as the whole of dg.
+    StoreRowSumParts(sums.terms, [&](int r, int col, int i, int e) {
+      return TileAt(xq, r, col) * dq.part[i].x[e] - TileAt(xk, r, col) * dk.part[i].x[e];
+    });
+    state_dot = WarpSum(state_dot);
+    if (threadIdx.x % 32 == 0) sums.state[threadIdx.x / 32] = state_dot;
+  }
+}
+
+// One K slice's dg sums from their parts (after a barrier) into `part`, kPartStride floats.
+__device__ inline void StoreSliceGradParts(float* part, const GradSumParts& sums, float g_last) {
+  if (threadIdx.x < kBT) {
+    part[kPartKdk + threadIdx.x] = RowSum(sums.kdk, threadIdx.x);
+    part[kPartTerms + threadIdx.x] = RowSum(sums.terms, threadIdx.x);
+  }
+  if (threadIdx.x == 0) {
+    float state_sum = 0.0f;
+    for (int w = 0; w < kWarps; ++w) state_sum += sums.state[w];
+    part[kPartState] = state_sum * exp2f(g_last);
+  }
+}
+
 // kGateGrad: also the dg sums (g given and dg requested; not with g_gamma).
 template <bool kGateGrad>
 __global__ void __launch_bounds__(kThreads, 2)
     HeadGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states, float* parts) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
-  float* kdk_parts = G + kBT;                            // [64][kColumnTiles]
-  float* term_parts = kdk_parts + kBT * kColumnTiles;    // [64][kColumnTiles]
-  float* state_parts = term_parts + kBT * kColumnTiles;  // [kWarps]
+  const GradSumParts sums(G + kBT);
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kGradHeaderBytes);
   const int vs = p.v_dim / kBK, stages = vs > 1 ? 2 : 1;
   bf16* xq = tiles;            // q, this K slice
@@ -137,7 +195,6 @@ __global__ void __launch_bounds__(kThreads, 2)
   dq.Zero();
   dk.Zero();
   score.Zero();
-  auto at = [](const bf16* t, int r, int col) { return ToFloat(t[r * kLdBf16 + col]); };
   float state_dot = 0.0f;
   StreamSlices(vs, issue, [&](int j) {
     tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
@@ -146,52 +203,21 @@ __global__ void __launch_bounds__(kThreads, 2)
     if constexpr (kGateGrad) {
       ForBlockItems<kThreads, kBK * kBK>([&](int idx) {
         const int r = idx / kBK, col = idx % kBK;
-        state_dot += at(hs(j), r, col) * at(dhs(j), r, col);
+        state_dot += TileAt(hs(j), r, col) * TileAt(dhs(j), r, col);
       });
     }
   });
 
-  const float scale = p.scale;
-  score.Transform(
-      [&](int r, int col, float x) { return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f; });
+  MaskAndDecayScores(score, G, p.scale);
   score.StoreBf16(dP, kLdBf16);
-  dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
-  const float g_last = G[kBT - 1];
-  dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
-  if constexpr (kGateGrad) {
-    StoreRowSumParts(
-        kdk_parts, [&](int r, int col, int i, int e) { return at(xk, r, col) * dk.part[i].x[e]; });
-  }
-  __syncthreads();                                                    // dP is stored
-  tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);  // dq += dP K
-  // dk += dP^T Q, with A(j, i) = dP[i][j].
-  tile::MmaBf16Acc64<false, true>(dk, kBT, dP, kLdBf16, xq, kLdBf16);
-
-  if constexpr (kGateGrad) {
-    // Per element, then summed: at strong decays q.dq and k.dk nearly cancel (for a lone diagonal
-    // score dq_t = dP_tt k_t, dk_t = dP_tt q_t), and two separate row sums would leave their
-    // fp32 rounding as the whole of dg.
-    StoreRowSumParts(term_parts, [&](int r, int col, int i, int e) {
-      return at(xq, r, col) * dq.part[i].x[e] - at(xk, r, col) * dk.part[i].x[e];
-    });
-    state_dot = WarpSum(state_dot);
-    if (threadIdx.x % 32 == 0) state_parts[threadIdx.x / 32] = state_dot;
-  }
+  FinishSliceGrads<kGateGrad>(dq, dk, state_dot, G, p.scale, dP, xq, xk, sums,
+                              [] { __syncthreads(); });  // dP is stored
   __syncthreads();  // no warp reads the stages any more: they take the results
   StoreAccRows(dq, xo(0), p.dq, p.qk_strides, c, h, k0);
   StoreAccRows(dk, xv(0), p.dk, p.qk_strides, c, h, k0);
   if constexpr (kGateGrad) {
     const int64_t slice = (int64_t{c.global} * p.heads + h) * ks + BlockSlice(ks);
-    float* part = parts + slice * kPartStride;
-    if (threadIdx.x < kBT) {
-      part[kPartKdk + threadIdx.x] = RowSum(kdk_parts, threadIdx.x);
-      part[kPartTerms + threadIdx.x] = RowSum(term_parts, threadIdx.x);
-    }
-    if (threadIdx.x == 0) {
-      float state_sum = 0.0f;
-      for (int w = 0; w < kWarps; ++w) state_sum += state_parts[w];
-      part[kPartState] = state_sum * exp2f(g_last);
-    }
+    StoreSliceGradParts(parts + slice * kPartStride, sums, G[kBT - 1]);
   }
 }
 
@@ -213,9 +239,7 @@ __global__ void __launch_bounds__(kThreads, 2)
                           float* parts) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
-  float* kdk_parts = G + kBT;                            // [64][kColumnTiles]
-  float* term_parts = kdk_parts + kBT * kColumnTiles;    // [64][kColumnTiles]
-  float* state_parts = term_parts + kBT * kColumnTiles;  // [kWarps]
+  const GradSumParts sums(G + kBT);
   bf16* tiles = reinterpret_cast<bf16*>(smem_raw + kGradHeaderBytes);
   const int ks = p.k_dim / kBK, vs = p.v_dim / kBK, steps = ks * vs;
   const auto xo = [&](int j) { return tiles + j * kTileElems; };         // d_o, V slice j
@@ -260,13 +284,10 @@ __global__ void __launch_bounds__(kThreads, 2)
     for (int j = 0; j < vs; ++j) {
       tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
     }
-    score.Transform([&](int r, int col, float x) {
-      return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f;
-    });
+    MaskAndDecayScores(score, G, scale);
     score.StoreBf16(dP, kLdBf16);  // read after the first K slice's barrier below
   }
 
-  auto at = [](const bf16* t, int r, int col) { return ToFloat(t[r * kLdBf16 + col]); };
   tile::Acc64 dq, dk;
   dq.Zero();
   dk.Zero();
@@ -290,7 +311,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     if constexpr (kGateGrad) {
       ForBlockItems<kThreads, kBK * kBK>([&](int idx) {
         const int r = idx / kBK, col = idx % kBK;
-        state_dot += at(hs(s), r, col) * at(dhs(s), r, col);
+        state_dot += TileAt(hs(s), r, col) * TileAt(dhs(s), r, col);
       });
     }
     if (j + 1 < vs) continue;
@@ -298,37 +319,13 @@ __global__ void __launch_bounds__(kThreads, 2)
     // K slice kk's sums over V are done: its rows decayed, then dP K and dP^T Q.
     __pipeline_wait_prior(1);  // q and k of this slice (all but the newest step's group)
     __syncthreads();           // ... and, the first time, dP
-    dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
-    dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
-    if constexpr (kGateGrad) {
-      StoreRowSumParts(kdk_parts, [&](int r, int col, int i, int e) {
-        return at(xk, r, col) * dk.part[i].x[e];
-      });
-    }
-    tile::MmaBf16Acc64<true, true>(dq, kBT, dP, kLdBf16, xk, kLdBf16);   // dq += dP K
-    tile::MmaBf16Acc64<false, true>(dk, kBT, dP, kLdBf16, xq, kLdBf16);  // dk += dP^T Q
-    if constexpr (kGateGrad) {
-      // Per element, then summed (see HeadGradQKKernel).
-      StoreRowSumParts(term_parts, [&](int r, int col, int i, int e) {
-        return at(xq, r, col) * dq.part[i].x[e] - at(xk, r, col) * dk.part[i].x[e];
-      });
-      state_dot = WarpSum(state_dot);
-      if (threadIdx.x % 32 == 0) state_parts[threadIdx.x / 32] = state_dot;
-    }
+    FinishSliceGrads<kGateGrad>(dq, dk, state_dot, G, scale, dP, xq, xk, sums, [] {});
     __syncthreads();  // no warp reads this step's stage any more: it stages the results
     StoreAccRows(dq, hs(s), p.dq, p.qk_strides, c, h, kk * kBK);
     StoreAccRows(dk, dhs(s), p.dk, p.qk_strides, c, h, kk * kBK);
     if constexpr (kGateGrad) {
-      float* part = parts + ((int64_t{c.global} * p.heads + h) * ks + kk) * kPartStride;
-      if (threadIdx.x < kBT) {
-        part[kPartKdk + threadIdx.x] = RowSum(kdk_parts, threadIdx.x);
-        part[kPartTerms + threadIdx.x] = RowSum(term_parts, threadIdx.x);
-      }
-      if (threadIdx.x == 0) {
-        float state_sum = 0.0f;
-        for (int w = 0; w < kWarps; ++w) state_sum += state_parts[w];
-        part[kPartState] = state_sum * exp2f(g_last);
-      }
+      StoreSliceGradParts(parts + ((int64_t{c.global} * p.heads + h) * ks + kk) * kPartStride, sums,
+                          g_last);
     }
     if (kk + 1 < ks) {  // every warp is past its reads of q and k (StoreAccRows synchronised)
       issue_qk(kk + 1);

@@ -92,9 +92,7 @@ __global__ void __launch_bounds__(kThreads, kGradV ? 4 : 3)
   if (!kGradV) {
     // The scores masked (j <= i) and decayed (G_i - G_j <= 0) in registers, stored as the bf16
     // operand.
-    score.Transform([&](int r, int col, float v) {
-      return col <= r ? v * scale * exp2f(G[r] - G[col]) : 0.0f;
-    });
+    MaskAndDecayScores(score, G, scale);
     score.StoreBf16(scores, kLdBf16);
   }
   // The inter-chunk part's rows decayed, then the intra-chunk part.
@@ -174,9 +172,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       for (int kk = 0; kk < ks; ++kk) {
         tile::MmaBf16Acc64<true, false>(score, kBK, xx(kk), kLdBf16, xk(kk), kLdBf16);
       }
-      score.Transform([&](int r, int col, float v) {
-        return col <= r ? v * scale * exp2f(G[r] - G[col]) : 0.0f;
-      });
+      MaskAndDecayScores(score, G, scale);
       score.StoreBf16(scores, kLdBf16);
     }
     // The inter-chunk part X h_c (or X dh_c) over the K slices, its rows decayed.

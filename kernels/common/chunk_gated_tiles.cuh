@@ -220,6 +220,13 @@ __device__ inline void AsyncGradSlice(bf16* stage, const ChunkGatedParams& p, co
   AsyncStateTile(stage + 3 * kTileElems, d_states, p, c.global, h, k0, j * kBK);
 }
 
+// The head gate's intra-chunk scores (or their gradient) in place: kept for j <= i, decayed by
+// 2^(G_i - G_j) (an exponent <= 0 there) and times scale; zero above the diagonal.
+__device__ inline void MaskAndDecayScores(tile::Acc64& scores, const float* G, float scale) {
+  scores.Transform(
+      [&](int r, int col, float x) { return col <= r ? x * scale * exp2f(G[r] - G[col]) : 0.0f; });
+}
+
 // Rows [0, c.rows) of a 64 x 64 accumulator into columns [col0, col0 + 64) of a [B,T,H,D] bf16
 // tensor, staged through `staging` (a bf16 tile no warp still reads) for 16-byte stores.
 // Synchronises.
