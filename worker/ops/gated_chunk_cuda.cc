@@ -8,7 +8,7 @@
 // (bf16 [chunks, H, 64, 64], half the size of q at K = 128) and the per-chunk states (bf16
 // [chunks, H, K, V]: K V / 32 bytes per token and head, 2/3 of q, k and v at K = V = 128), so
 // that the backward runs one sequential pass over the chunks instead of two (recomputing the
-// states took 150-310 us of chunk_simple_gla's forward + backward at fla's long shapes on the
+// states took 150-320 us of chunk_simple_gla's forward + backward at fla's long shapes on the
 // H200).
 #include <torch/torch.h>
 
