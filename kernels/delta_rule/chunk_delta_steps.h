@@ -59,7 +59,8 @@ struct Scratch {
   float* G;                 // [R,H]    chunk-local inclusive cumsum of g
   float* M;                 // chunk matrix: tril(Q K^T * D)
   __nv_bfloat16* W;         // [R,H,K]  W = T diag(beta gamma) K (bf16), for the state passes
-  __nv_bfloat16* U;         // [R,H,V]  U = T diag(beta) V (bf16)
+  __nv_bfloat16* U;         // [R,H,V]  U = T diag(beta) V (bf16); null in a backward given
+                            //          the kept states (only StateForwardKernel reads it)
   __nv_bfloat16* Ut;        // [R,H,V]  the new values U - W S (bf16)
   __nv_bfloat16* S;         // state entering each chunk (bf16)
   // backward
@@ -191,7 +192,10 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     x.qn = x.q_rows, x.kn = x.k_rows;
   }
   take(&x.bt, R), take(&x.g, R), take(&x.G, R);
-  take(&x.M, mat), take(&x.W, R * K), take(&x.U, R * V);
+  take(&x.M, mat), take(&x.W, R * K);
+  // U feeds only StateForwardKernel, which a backward given the kept states skips.
+  x.U = nullptr;
+  if (!backward || p.chunk_states == nullptr) take(&x.U, R * V);
   if (p.chunk_states == nullptr) {
     take(&x.Ut, R * V), take(&x.S, state);
   } else {

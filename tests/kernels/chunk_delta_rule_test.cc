@@ -32,7 +32,8 @@ TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   alignas(256) static unsigned char kept[512];
   p.chunk_states = kept;
   EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, false), forward - ut - states);
-  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, true), backward - ut - states);
+  // ... and the backward then needs no U = T diag(beta) V (the same size as the new values).
+  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, true), backward - 2 * ut - states);
   p.chunk_states = kept + 16;  // the launchers want them 256-byte aligned, like the workspace
   alignas(256) static unsigned char workspace[256];
   alignas(16) static __nv_bfloat16 tensor[8];
