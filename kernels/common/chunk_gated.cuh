@@ -23,9 +23,9 @@
 //                        update in parallel, then an elementwise scan over the chunks
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadChunkOutputKernel (K <= 128) or HeadOutputKernel (o, and the
-//                        scores, kept for the backward in intra_scores; or dv),
-//                        HeadChunkGradQKKernel (V <= 128) or HeadGradQKKernel, and
-//                        HeadGateGradKernel (dq, dk, dg);
+//                        scores, kept for the backward in intra_scores; or dv where V > 128),
+//                        HeadChunkGradQKKernel (V <= 128: dq, dk, the dg sums and dv) or
+//                        HeadGradQKKernel (dq, dk, the dg sums), and HeadGateGradKernel (dg);
 //                        chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
 //   channel gate:        ChannelScoresKernel (forward: the scores, kept for the backward in
 //                        intra_scores, and the decayed operands) + ChannelOutputKernel (o or dv),
@@ -107,7 +107,9 @@ inline size_t CarveWorkspace(const ChunkGatedParams& p, void* base, int chunks, 
   }
   if (backward) w.d_states = static_cast<bf16*>(take(StateBytes(p, chunks)));
   if (gate == Gate::kHead) {
-    if (backward) w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
+    if (backward && p.v_dim > kChunkGradMaxV) {
+      w.grad_parts = static_cast<float*>(take(GradPartsBytes(p, chunks)));
+    }
   } else {
     w.decays = static_cast<float*>(take(DecaysBytes(p, chunks)));
     w.decayed = static_cast<bf16*>(take(DecayedBytes(p, chunks)));
@@ -355,24 +357,28 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
     return err;
   }
   if constexpr (kGate == Gate::kHead) {
+    const bool gate_grad = p.dg != nullptr && p.g != nullptr;
+    if (p.v_dim <= kChunkGradMaxV) {
+      // One block per (chunk, head), d_o's and v's tiles resident beside the streamed ones, for
+      // dq, dk, dg and dv: measured on the H200 at (1,8192,96,128) 757 -> 704 us against
+      // HeadGradQKKernel's K-slice blocks (dq, dk alone); with dv and dg in it too, 895 us
+      // against 1025 for it, HeadChunkOutputKernel's dv and HeadGateGradKernel.
+      return LaunchKernel<const bf16*, const bf16*>(
+          gate_grad ? HeadChunkGradQKKernel<true> : HeadChunkGradQKKernel<false>,
+          dim3(p.total_chunks, p.heads), HeadChunkGradQKSmemBytes(p.v_dim), stream, p, w.states,
+          w.d_states);
+    }
+    // V = 256: the whole chunk's tiles would leave one block per SM (forward + backward was 3%
+    // slower), so dv by HeadOutputKernel or HeadChunkOutputKernel, dq and dk per K slice, and dg
+    // from the slices' sums.
     if (cudaError_t err = LaunchOutput<kGate, true>(p, w, w.d_states, stream);
         err != cudaSuccess) {
       return err;
     }
-    const bool gate_grad = p.dg != nullptr && p.g != nullptr;
-    // One block per (chunk, head) where d_o's and v's tiles fit beside the streamed ones:
-    // measured on the H200 at (1,8192,96,128) 757 -> 704 us against HeadGradQKKernel's K-slice
-    // blocks; at V = 256 (15 tiles, one block per SM) forward + backward was 3% slower.
-    const bool whole_chunk = p.v_dim <= kChunkGradMaxV;
-    const dim3 grid = whole_chunk ? dim3(p.total_chunks, p.heads)
-                                  : ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK);
-    const size_t smem =
-        whole_chunk ? HeadChunkGradQKSmemBytes(p.v_dim) : HeadGradQKSmemBytes(p.v_dim);
-    auto* const kernel =
-        whole_chunk ? (gate_grad ? HeadChunkGradQKKernel<true> : HeadChunkGradQKKernel<false>)
-                    : (gate_grad ? HeadGradQKKernel<true> : HeadGradQKKernel<false>);
     cudaError_t err = LaunchKernel<const bf16*, const bf16*, float*>(
-        kernel, grid, smem, stream, p, w.states, w.d_states, w.grad_parts);
+        gate_grad ? HeadGradQKKernel<true> : HeadGradQKKernel<false>,
+        ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK), HeadGradQKSmemBytes(p.v_dim), stream,
+        p, w.states, w.d_states, w.grad_parts);
     if (err != cudaSuccess || !gate_grad) return err;
     HeadGateGradKernel<kGate><<<dim3(p.total_chunks, p.heads), kBT, 0, stream>>>(p, w.grad_parts);
     return cudaGetLastError();

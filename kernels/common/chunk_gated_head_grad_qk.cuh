@@ -1,8 +1,10 @@
 // dq, dk and dg of chunk_simple_gla (the per-head gate; chunk_gla's are in
-// chunk_gated_channel.cuh). Device code; included through chunk_gated.cuh.
+// chunk_gated_channel.cuh), and, where V <= 128, dv. Device code; included through
+// chunk_gated.cuh.
 //
 // HeadGradQKKernel: one block per (chunk, head, 64-wide K slice), products accumulated in
-// registers (HeadChunkGradQKKernel, below, takes V <= 128 with one block per (chunk, head)):
+// registers (HeadChunkGradQKKernel, below, takes V <= 128 with one block per (chunk, head), and
+// computes dv and dg itself as well):
 //   dP    = scale tril(dO V^T) 2^(G_i - G_j)                  (recomputed per K slice)
 //   dq    = diag(scale 2^G) (dO h_c^T) + dP K
 //   dk    = diag(2^(G_last - G)) (V dh_c^T) + dP^T Q            (the first term is dk_inter)
@@ -48,7 +50,7 @@ inline size_t GradPartsBytes(const ChunkGatedParams& p, int chunks) {
 // column tile, one per warp), then bf16 tiles: q, k (this K slice), dP, and the stages (d_o, v,
 // h_c and dh_c of one V slice each; two stages, one where V = 64). V >= 128: 11 tiles, 104 KB
 // (2 blocks per SM).
-constexpr int kGradHeaderBytes = 2560;
+constexpr int kGradHeaderBytes = 3072;
 constexpr int kGradStageTiles = 4;
 inline size_t HeadGradQKSmemBytes(int v_dim) {
   const size_t tiles = 3 + kGradStageTiles * (v_dim / kBK > 1 ? 2 : 1);
@@ -61,8 +63,10 @@ inline size_t HeadGradQKSmemBytes(int v_dim) {
 // difference of large sums, its error moved between 1.1e-2 and 1.7e-2 from run to run), and
 // each warp's part of the block sum.
 constexpr int kColumnTiles = 4;  // the warps that share a row of an Acc64 (16 columns each)
-static_assert((kBT + 2 * kBT * kColumnTiles + kWarps) * sizeof(float) <= kGradHeaderBytes,
-              "G and the dg sums' parts fit the header");
+constexpr int kChunkGateSumFloats = 2 * kBT + 3;  // ChunkGateSums: its sums, two totals
+static_assert((kBT + 2 * kBT * kColumnTiles + kWarps + kChunkGateSumFloats) * sizeof(float) <=
+                  kGradHeaderBytes,
+              "G, the dg sums' parts and ChunkGateSums's fit the header");
 
 // parts[r * kColumnTiles + w] = the sum over this warp's columns of f(r, col, i, e), f reading
 // element e of part i of Acc64-shaped accumulators, for every row r the lane holds: the quad's
@@ -98,17 +102,39 @@ __device__ inline float RowSum(const float* parts, int r) {
 }
 
 // A block's dg sums in its shared-memory header, after G: two parts per row and column tile
-// (kdk_r and q_r.dq_r - k_r.dk_r), one per warp (<h_c, dh_c>).
+// (kdk_r and q_r.dq_r - k_r.dk_r), one per warp (<h_c, dh_c>), then ChunkGateSums's floats.
 struct GradSumParts {
   float* kdk;
   float* terms;
   float* state;
+  float* chunk;
   __device__ explicit GradSumParts(float* after_g)
-      : kdk(after_g), terms(after_g + kBT * kColumnTiles), state(terms + kBT * kColumnTiles) {}
+      : kdk(after_g),
+        terms(after_g + kBT * kColumnTiles),
+        state(terms + kBT * kColumnTiles),
+        chunk(state + kWarps) {}
 };
 
 __device__ inline float TileAt(const bf16* t, int r, int col) {
   return ToFloat(t[r * kLdBf16 + col]);
+}
+
+// This thread's part of <a, b> over two 64 x 64 bf16 tiles (for dg's <h_c, dh_c>), eight
+// elements per 16-byte load of each.
+__device__ inline float TileDotPart(const bf16* a, const bf16* b) {
+  float sum = 0.0f;
+  ForBlockItems<kThreads, kBK * 8>([&](int idx) {
+    const int at = idx / 8 * kLdBf16 + idx % 8 * 8;
+    const uint4 x = *reinterpret_cast<const uint4*>(a + at);
+    const uint4 y = *reinterpret_cast<const uint4*>(b + at);
+    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      sum += __uint_as_float(xs[i] << 16) * __uint_as_float(ys[i] << 16);
+      sum += __uint_as_float(xs[i] & 0xffff0000u) * __uint_as_float(ys[i] & 0xffff0000u);
+    }
+  });
+  return sum;
 }
 
 // The end of one K slice's dq and dk, their sums over V done and dP stored to shared memory
@@ -157,6 +183,60 @@ __device__ inline void StoreSliceGradParts(float* part, const GradSumParts& sums
   }
 }
 
+// dg of one (chunk, head) in the block that computed every K slice's sums (HeadChunkGradQKKernel):
+// row r's sums over the slices, added slice by slice in HeadGateGradKernel's order by thread
+// r < 64, kept in shared memory (held in registers across the block's loop, they spilled), then
+//   dg_i = state + sum_{r<i} kdk_r + sum_{r>=i} (terms_r + kdk_r)
+// by scans across the two warps of rows instead of HeadGateGradKernel's serial sums (a launch,
+// and the parts' round trip through memory, saved).
+struct ChunkGateSums {
+  float* kdk;    // [64]
+  float* terms;  // [64]
+  float* state;  // [1]
+  float* totals;  // [2]: kdk over rows 0-31, terms + kdk over rows 32-63
+  __device__ explicit ChunkGateSums(const GradSumParts& sums)
+      : kdk(sums.chunk), terms(kdk + kBT), state(terms + kBT), totals(state + 1) {}
+
+  // One K slice's parts (after a barrier), as StoreSliceGradParts would store them; `first`
+  // starts the sums.
+  __device__ void Add(const GradSumParts& sums, float g_last, bool first) const {
+    const int r = threadIdx.x;
+    if (r >= kBT) return;
+    kdk[r] = (first ? 0.0f : kdk[r]) + RowSum(sums.kdk, r);
+    terms[r] = (first ? 0.0f : terms[r]) + RowSum(sums.terms, r);
+    if (r == 0) {
+      float state_sum = 0.0f;
+      for (int w = 0; w < kWarps; ++w) state_sum += sums.state[w];
+      *state = (first ? 0.0f : *state) + state_sum * exp2f(g_last);
+    }
+  }
+
+  // Every thread of the block calls it, after a barrier past the last Add: dg of the chunk's rows.
+  __device__ void Store(const ChunkGatedParams& p, const Chunk& c, int h) const {
+    const int i = threadIdx.x, lane = i % 32;
+    // Within each warp of rows: the inclusive prefix sums of kdk and suffix sums of
+    // terms + kdk (the warps past row 63 scan zeros).
+    const float own_kdk = i < kBT ? kdk[i] : 0.0f;
+    float prefix = own_kdk, suffix = i < kBT ? terms[i] + own_kdk : 0.0f;
+#pragma unroll
+    for (int off = 1; off < 32; off *= 2) {
+      const float up = __shfl_up_sync(0xffffffffu, prefix, off);
+      const float down = __shfl_down_sync(0xffffffffu, suffix, off);
+      if (lane >= off) prefix += up;
+      if (lane + off < 32) suffix += down;
+    }
+    float before = __shfl_up_sync(0xffffffffu, prefix, 1);  // the exclusive prefix
+    if (lane == 0) before = 0.0f;
+    if (i == 31) totals[0] = prefix;
+    if (i == 32) totals[1] = suffix;
+    __syncthreads();
+    if (i >= kBT || i >= c.rows) return;
+    if (i >= 32) before += totals[0];
+    if (i < 32) suffix += totals[1];
+    *RowPtr(p.dg, p.g_strides, c.batch, c.t0 + i, h) = *state + before + suffix;
+  }
+};
+
 // kGateGrad: also the dg sums (g given and dg requested; not with g_gamma).
 template <bool kGateGrad>
 __global__ void __launch_bounds__(kThreads, 2)
@@ -200,12 +280,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(j), kLdBf16);
-    if constexpr (kGateGrad) {
-      ForBlockItems<kThreads, kBK * kBK>([&](int idx) {
-        const int r = idx / kBK, col = idx % kBK;
-        state_dot += TileAt(hs(j), r, col) * TileAt(dhs(j), r, col);
-      });
-    }
+    if constexpr (kGateGrad) state_dot += TileDotPart(hs(j), dhs(j));
   });
 
   MaskAndDecayScores(score, G, p.scale);
@@ -221,22 +296,28 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
 }
 
-// dq, dk and the dg sums with one block per (chunk, head), for V <= kChunkGradMaxV: d_o and v of
-// every V slice stay in shared memory, so dP = scale tril(dO V^T) 2^(G_i - G_j) is computed and
+// dq, dk, the dg sums and dv with one block per (chunk, head), for V <= kChunkGradMaxV: d_o and v
+// of every V slice stay in shared memory, so dP = scale tril(dO V^T) 2^(G_i - G_j) is computed and
 // d_o and v are copied once per chunk, where HeadGradQKKernel's K-slice blocks each do both. The
 // K slices follow one another: the state tiles (h_c and dh_c) of step s = (K slice s / (V/64), V
 // slice s % (V/64)) stream through two stages, and q and k of the next K slice are copied once
-// the products of this one are done with them. The dg sums go to `parts` per K slice, as
-// HeadGradQKKernel's do. V = 128: 11 tiles (104 KB), two blocks per SM.
+// the products of this one are done with them. The block adds up dg itself (ChunkGateSums).
+// V = 128: 12 tiles with the kept scores P (111 KB), two blocks per SM.
+// It also computes dv = diag(2^(G_last - G)) (K dh_c) + P^T dO: each step adds K dh_c's part of
+// its tiles (k and dh_c are in shared memory for dk already) to an accumulator per V slice, and
+// the end adds P^T dO from the forward's kept scores P and the resident d_o -- so dv costs one
+// score tile's read and its own store, where HeadChunkOutputKernel<kGradV> read k, d_o, P and
+// dh_c again. Measured on the H200 at (1,8192,96,128): 707 + 290 us (this kernel, then
+// HeadChunkOutputKernel's dv) -> 915; dv at the end instead, streaming k and dh_c again, 969.
+// The block ends with dg (ChunkGateSums): 880 + 27 (HeadGateGradKernel) -> 895 us.
 constexpr int kChunkGradMaxV = 128;
 inline size_t HeadChunkGradQKSmemBytes(int v_dim) {
-  return kGradHeaderBytes + (2 * (v_dim / kBK) + 7) * kTileElems * sizeof(bf16);
+  return kGradHeaderBytes + (2 * (v_dim / kBK) + 8) * kTileElems * sizeof(bf16);
 }
 
 template <bool kGateGrad>
 __global__ void __launch_bounds__(kThreads, 2)
-    HeadChunkGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states,
-                          float* parts) {
+    HeadChunkGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
   const GradSumParts sums(G + kBT);
@@ -249,6 +330,7 @@ __global__ void __launch_bounds__(kThreads, 2)
   bf16* xk = xq + kTileElems;  // k
   const auto hs = [&](int s) { return xk + (1 + s % 2 * 2) * kTileElems; };
   const auto dhs = [&](int s) { return hs(s) + kTileElems; };
+  bf16* kept_scores = xk + 5 * kTileElems;  // P, the forward's
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y;
   const auto issue = [&](int s) {  // one group per step, empty past the last
@@ -271,7 +353,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
   }
   issue_qk(0);
-  issue(0);  // the first group: d_o, v, q and k of K slice 0, and step 0
+  AsyncBlock(kept_scores, p.intra_scores + ScoresOffset(p, c.global, h), kBT);
+  issue(0);  // the first group: d_o, v, q and k of K slice 0, P, and step 0
   issue(1);
   CommitGate<Gate::kHead>(G, gate);  // synchronises
   __pipeline_wait_prior(1);
@@ -292,7 +375,22 @@ __global__ void __launch_bounds__(kThreads, 2)
   dq.Zero();
   dk.Zero();
   float state_dot = 0.0f;
+  const ChunkGateSums gate_sums(sums);
+  // dv's inter-chunk part K dh_c per V slice, summed over the K slices as they pass.
+  tile::Acc64 dv[kChunkGradMaxV / kBK];
+#pragma unroll
+  for (int i = 0; i < kChunkGradMaxV / kBK; ++i) dv[i].Zero();
+  // dv[j] by a compile-time index (a runtime one would put the array in local memory).
+  const auto with_dv = [&](int j, auto f) {
+    static_assert(kChunkGradMaxV / kBK == 2, "one branch per V slice");
+    if (j == 0) {
+      f(dv[0]);
+    } else {
+      f(dv[1]);
+    }
+  };
   bool qk_newest = false;  // the latest group is the next K slice's q and k, not a step's states
+  bool qk_in_flight = false;  // ... and no warp has waited for it yet
   for (int s = 0; s < steps; ++s) {
     const int kk = s / vs, j = s % vs;
     if (s > 0) {
@@ -308,12 +406,15 @@ __global__ void __launch_bounds__(kThreads, 2)
     // dO h_c^T and V dh_c^T (B(vv, kk) = h_c[kk][vv]), and <h_c, dh_c> for dg.
     tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(s), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(s), kLdBf16);
-    if constexpr (kGateGrad) {
-      ForBlockItems<kThreads, kBK * kBK>([&](int idx) {
-        const int r = idx / kBK, col = idx % kBK;
-        state_dot += TileAt(hs(s), r, col) * TileAt(dhs(s), r, col);
-      });
+    if (qk_in_flight) {  // k of this K slice (all but the newest group: step s + 1's states)
+      __pipeline_wait_prior(1);
+      __syncthreads();
+      qk_in_flight = false;
     }
+    with_dv(j, [&](tile::Acc64& acc) {  // K dh_c (B(kk, vv) = dh_c[kk][vv])
+      tile::MmaBf16Acc64<true, true>(acc, kBK, xk, kLdBf16, dhs(s), kLdBf16);
+    });
+    if constexpr (kGateGrad) state_dot += TileDotPart(hs(s), dhs(s));
     if (j + 1 < vs) continue;
 
     // K slice kk's sums over V are done: its rows decayed, then dP K and dP^T Q.
@@ -323,19 +424,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     __syncthreads();  // no warp reads this step's stage any more: it stages the results
     StoreAccRows(dq, hs(s), p.dq, p.qk_strides, c, h, kk * kBK);
     StoreAccRows(dk, dhs(s), p.dk, p.qk_strides, c, h, kk * kBK);
-    if constexpr (kGateGrad) {
-      StoreSliceGradParts(parts + ((int64_t{c.global} * p.heads + h) * ks + kk) * kPartStride, sums,
-                          g_last);
-    }
+    if constexpr (kGateGrad) gate_sums.Add(sums, g_last, kk == 0);
     if (kk + 1 < ks) {  // every warp is past its reads of q and k (StoreAccRows synchronised)
       issue_qk(kk + 1);
       __pipeline_commit();
-      qk_newest = true;
+      qk_newest = qk_in_flight = true;
     }
     dq.Zero();
     dk.Zero();
     state_dot = 0.0f;
   }
+  // dv: its rows decayed, + P^T dO; v's tiles, no longer read, stage the rows.
+  for (int j = 0; j < vs; ++j) {
+    with_dv(j, [&](tile::Acc64& acc) {
+      acc.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
+      // P read as a column-major left operand.
+      tile::MmaBf16Acc64<false, true>(acc, kBT, kept_scores, kLdBf16, xo(j), kLdBf16);
+      StoreAccRows(acc, xv(j), p.dv, p.v_strides, c, h, j * kBK);
+    });
+  }
+  if constexpr (kGateGrad) gate_sums.Store(p, c, h);  // (StoreAccRows synchronised after Add)
 }
 
 // dg of one (chunk, head) from the K slices' sums: 64 threads, one per row. (A template only so
