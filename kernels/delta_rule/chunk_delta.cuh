@@ -121,9 +121,10 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool ba
   return base;
 }
 
-// Forward up to the per-chunk states and new values (without `states`, up to their state pass,
-// whose results the caller kept); with `output`, also o.
-inline cudaError_t RunForwardKernels(const StepBase& b, bool states, bool output,
+// Forward up to the per-chunk states and new values; where the caller kept them and the rest of
+// ChunkPrepareKernel's results (`kept`), only the row scalars and the gate's cumsum; with
+// `output`, also o.
+inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                                      cudaStream_t stream) {
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
@@ -135,13 +136,13 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool states, bool output
                        dim3(static_cast<unsigned>((row_units + tiles::kWarps - 1) / tiles::kWarps)),
                        0, b, stream);
   if (err != cudaSuccess) return err;
-  if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess) return err;
+  if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess || kept) return err;
   if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.k_dim, p.v_dim),
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  if (states && (err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs,
-                                tiles::StateForwardSmem(p.k_dim), b, stream)) != cudaSuccess) {
+  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs,
+                      tiles::StateForwardSmem(p.k_dim), b, stream)) != cudaSuccess) {
     return err;
   }
   if (!output) return cudaSuccess;
@@ -151,11 +152,11 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool states, bool output
 
 inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, false); err != cudaSuccess) return err;
-  return RunForwardKernels(MakeStepBase(params, gated, false), true, true, stream);
+  return RunForwardKernels(MakeStepBase(params, gated, false), false, true, stream);
 }
 
-// Recomputes the forward scratch (without o and the final state; without the states and new
-// values where the caller kept them), then the gradients.
+// Recomputes the forward scratch (without o and the final state; where the caller kept the
+// forward's states, only the row scalars and the gate's cumsum), then the gradients.
 inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
   const StepBase b = MakeStepBase(params, gated, true);
@@ -171,7 +172,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (err != cudaSuccess) return err;
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
-  err = RunForwardKernels(recompute, p.chunk_states == nullptr, false, stream);
+  err = RunForwardKernels(recompute, p.chunk_states != nullptr, false, stream);
   if (err != cudaSuccess) return err;
   if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {

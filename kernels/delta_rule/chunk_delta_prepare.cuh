@@ -13,11 +13,11 @@ namespace flame::kernels::delta_chunk::tiles {
 
 // Per chunk: QK = Q K^T and KK = K K^T over K, in registers: bf16 products of the bf16 rows
 // (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
-// goes to the scratch from the registers (and in the backward's recompute KD =
-// strict_tril(KK * D), for RowGrads); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1
-// (stored by the backward's recompute, for WYBackward); W = T diag(beta gamma) K (bf16, the
-// state passes' operand) and U = T diag(beta) V (bf16 too; StateForward's alone, so not where a
-// backward was given the kept states), each slice an fp32 x bf16 product of
+// goes to the scratch from the registers (and, for the backward's RowGrads, KD =
+// strict_tril(KK * D): by the forward where the caller keeps it, else by the backward's
+// recompute); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored as KD is, for
+// WYBackward); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V
+// (bf16 too), each slice an fp32 x bf16 product of
 // the scaled T and the rows' tile as copied, stored from the registers. Shared memory: two fp32
 // tiles (A, then the scaled T; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices
 // land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form loaded q
@@ -79,12 +79,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     }
   }
   __syncthreads();  // A is in y; no warp reads the q tiles any more
-  // U only where a state pass reads it (not in a backward given the kept states): without it, a
-  // product per V slice and the copies and stores of V's rows are saved -- forward + backward
-  // 2-3% faster at each of fla's shapes on the H200 (chunk_delta_rule 1.163 -> 1.135 ms at
-  // (4,2048,16,128), 6.62 -> 6.51 at (1,8192,96,128)).
-  const bool with_u = b.s.U != nullptr;
-  if (with_u) {
+  {
     const TokTilePieces v_pieces(p.v_strides.token);
     const bf16* v_chunk = p.v + In(p.v_strides, c.batch, c.t0, h);
     for (int j = 0; j < p.v_dim / kBT; ++j) {
@@ -121,7 +116,6 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   scale_t(beta[m] * __expf(G[m]));
   __syncthreads();
   store_t_times(k_tiles, nk, b.s.W + Tok(p, c.row, h, p.k_dim), int64_t{p.heads} * p.k_dim);
-  if (!with_u) return;
   __pipeline_wait_prior(0);  // V
   __syncthreads();           // V is in; y's readers are done
   scale_t(beta[m]);

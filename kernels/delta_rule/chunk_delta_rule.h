@@ -25,11 +25,11 @@ size_t DeltaRuleChunkWorkspaceBytes(const ChunkDeltaParams& params, bool backwar
 // Size of params.chunk_states, which the caller may keep from the forward to the backward.
 size_t DeltaRuleChunkStatesBytes(const ChunkDeltaParams& params);
 
-// Writes o, the per-chunk states when params.chunk_states is set and, when params.final_state is
-// set, the final state.
+// Writes o, the per-chunk results the backward reuses when params.chunk_states is set and, when
+// params.final_state is set, the final state.
 cudaError_t DeltaRuleChunkForward(const ChunkDeltaParams& params, cudaStream_t stream);
 
-// Recomputes the forward (but the states params.chunk_states holds), then writes dq, dk, dv,
+// Recomputes the forward (but what params.chunk_states holds), then writes dq, dk, dv,
 // dbeta and, when params.d_initial_state is set, the initial-state gradient.
 cudaError_t DeltaRuleChunkBackward(const ChunkDeltaParams& params, cudaStream_t stream);
 

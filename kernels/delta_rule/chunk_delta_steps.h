@@ -45,8 +45,8 @@ constexpr float kSoftplusThreshold = 20.0f;
 
 // Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn, W, U, Ut, their gradients
 // dW, dUt, and the per-chunk states S, dS (the bf16 copies the state passes multiply; see
-// chunk_delta_state_pass.cuh); S and Ut come from params.chunk_states instead where the caller
-// keeps them. Token tensors are [B*T, H, D] (flat token row r = batch * T + t); chunk matrices
+// chunk_delta_state_pass.cuh); S, Ut, W, M, T and KD come from params.chunk_states instead where
+// the caller keeps them (CarveKeptStates). Token tensors are [B*T, H, D] (flat token row r = batch * T + t); chunk matrices
 // are [chunks, H, 64, 64]; states are [chunks, H, K, V].
 struct Scratch {
   // forward
@@ -64,7 +64,7 @@ struct Scratch {
   __nv_bfloat16* Ut;        // [R,H,V]  the new values U - W S (bf16)
   __nv_bfloat16* S;         // state entering each chunk (bf16)
   // backward
-  float* T;            // chunk matrix: (I + A)^-1 (the forward keeps it on chip)
+  float* T;            // chunk matrix: (I + A)^-1 (the forward stores it only where kept)
   __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
   float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt
   __nv_bfloat16* dUt;  // [R,H,V]
@@ -73,7 +73,7 @@ struct Scratch {
   float* SdO;          // [R,H,K]  S dO, then (RowGrads, l2norm) the gradient of the normalised q
   float* dM;           // chunk matrix
   float* dA;           // chunk matrix: -T^T dT T^T, strictly lower
-  float* KD;           // chunk matrix: strict_tril(K K^T * D), from the recompute's ChunkPrepare
+  float* KD;           // chunk matrix: strict_tril(K K^T * D), from ChunkPrepare (as T)
   float* dX;           // [R,H,K]  gradient of diag(beta gamma) K
   float* dG;           // [R,H]
   float* vdy;          // [R,H]    v . dY, dY the gradient of diag(beta) V: dbeta's part from U
@@ -155,19 +155,28 @@ FLAME_HD inline bool QKInPlace(const ChunkDeltaParams& p) {
 
 inline size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
-// Carves the per-chunk states S and the new values Ut, which a caller may keep from the forward
-// for the backward (ChunkDeltaParams::chunk_states), from `base` (null: only measures). Returns
-// the bytes used.
+// Carves what a caller may keep from the forward for the backward (ChunkDeltaParams::
+// chunk_states) from `base` (null: only measures): the per-chunk states S and the new values Ut
+// (the forward's state pass), W and the chunk matrices M, T and KD (its ChunkPrepareKernel, which
+// stores T and KD only there) -- everything the backward would otherwise recompute but the row
+// scalars and the gate's cumsum. Returns the bytes used.
 inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s) {
-  const size_t ut =
-      AlignUp(static_cast<size_t>(TokenRows(p)) * p.heads * p.v_dim * sizeof(__nv_bfloat16));
-  const size_t states = AlignUp(static_cast<size_t>(TotalChunks(p)) * p.heads * p.k_dim * p.v_dim *
-                                sizeof(__nv_bfloat16));
+  const size_t rows = static_cast<size_t>(TokenRows(p)) * p.heads;
+  const size_t chunks = static_cast<size_t>(TotalChunks(p)) * p.heads;
+  const size_t ut = AlignUp(rows * p.v_dim * sizeof(__nv_bfloat16));
+  const size_t states = AlignUp(chunks * p.k_dim * p.v_dim * sizeof(__nv_bfloat16));
+  const size_t w = AlignUp(rows * p.k_dim * sizeof(__nv_bfloat16));
+  const size_t mat = AlignUp(chunks * kBT * kBT * sizeof(float));
   if (base != nullptr) {
-    s->Ut = static_cast<__nv_bfloat16*>(base);
-    s->S = reinterpret_cast<__nv_bfloat16*>(static_cast<char*>(base) + ut);
+    char* at = static_cast<char*>(base);
+    s->Ut = reinterpret_cast<__nv_bfloat16*>(at);
+    s->S = reinterpret_cast<__nv_bfloat16*>(at += ut);
+    s->W = reinterpret_cast<__nv_bfloat16*>(at += states);
+    s->M = reinterpret_cast<float*>(at += w);
+    s->T = reinterpret_cast<float*>(at += mat);
+    s->KD = reinterpret_cast<float*>(at + mat);
   }
-  return ut + states;
+  return ut + states + w + 3 * mat;
 }
 
 // Carves the scratch from `base` (null: only measures). Returns the bytes used.
@@ -192,19 +201,20 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
     x.qn = x.q_rows, x.kn = x.k_rows;
   }
   take(&x.bt, R), take(&x.g, R), take(&x.G, R);
-  take(&x.M, mat), take(&x.W, R * K);
+  const bool kept = p.chunk_states != nullptr;
+  if (kept) {
+    CarveKeptStates(p, p.chunk_states, &x);
+  } else {
+    take(&x.M, mat), take(&x.W, R * K), take(&x.Ut, R * V), take(&x.S, state);
+  }
   // U feeds only StateForwardKernel, which a backward given the kept states skips.
   x.U = nullptr;
-  if (!backward || p.chunk_states == nullptr) take(&x.U, R * V);
-  if (p.chunk_states == nullptr) {
-    take(&x.Ut, R * V), take(&x.S, state);
-  } else {
-    CarveKeptStates(p, p.chunk_states, &x);
-  }
+  if (!backward || !kept) take(&x.U, R * V);
   if (backward) {
-    take(&x.T, mat), take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
+    if (!kept) take(&x.T, mat), take(&x.KD, mat);
+    take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
     take(&x.dW, R * K), take(&x.dKd, R * K), take(&x.SdO, R * K);
-    take(&x.dM, mat), take(&x.dA, mat), take(&x.KD, mat);
+    take(&x.dM, mat), take(&x.dA, mat);
     take(&x.dX, R * K), take(&x.dG, R), take(&x.vdy, R);
     take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);
   }

@@ -15,7 +15,7 @@ TEST_P(ChunkDeltaRule, MatchesNaiveRecurrenceForwardAndBackward) {
   RunDeltaCaseOnGpu(GetParam());
 }
 
-// The kept states move out of the workspace (no GPU needed: sizes and the launchers' checks).
+// The kept results move out of the workspace (no GPU needed: sizes and the launchers' checks).
 TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   ChunkDeltaParams p;
   p.batch = 2;
@@ -23,17 +23,22 @@ TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   p.heads = 2;
   p.k_dim = 128;
   p.v_dim = 64;
-  const size_t ut = 2 * 100 * 2 * 64 * 2;      // bf16 [B*T, H, V], 256-byte aligned
-  const size_t states = 4 * 2 * 128 * 64 * 2;  // bf16 per chunk and head
-  EXPECT_EQ(DeltaRuleChunkStatesBytes(p), ut + states);
-  EXPECT_EQ(GatedDeltaRuleChunkStatesBytes(p), ut + states);
+  // Every part 256-byte aligned.
+  const size_t ut = 2 * 100 * 2 * 64 * 2;       // the new values, bf16 [B*T, H, V]
+  const size_t states = 4 * 2 * 128 * 64 * 2;   // bf16 per chunk and head
+  const size_t w = 2 * 100 * 2 * 128 * 2;       // W, bf16 [B*T, H, K]
+  const size_t matrix = 4 * 2 * 64 * 64 * 4;    // M, T and KD: fp32 64 x 64 per chunk and head
+  const size_t kept_bytes = ut + states + w + 3 * matrix;
+  EXPECT_EQ(DeltaRuleChunkStatesBytes(p), kept_bytes);
+  EXPECT_EQ(GatedDeltaRuleChunkStatesBytes(p), kept_bytes);
   const size_t forward = DeltaRuleChunkWorkspaceBytes(p, false);
   const size_t backward = DeltaRuleChunkWorkspaceBytes(p, true);
   alignas(256) static unsigned char kept[512];
   p.chunk_states = kept;
-  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, false), forward - ut - states);
-  // ... and the backward then needs no U = T diag(beta) V (the same size as the new values).
-  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, true), backward - 2 * ut - states);
+  // The forward without M, W and the states; T and KD it writes only where they are kept.
+  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, false), forward - (ut + states + w + matrix));
+  // ... and the backward then needs no U = T diag(beta) V either (the size of the new values).
+  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, true), backward - kept_bytes - ut);
   p.chunk_states = kept + 16;  // the launchers want them 256-byte aligned, like the workspace
   alignas(256) static unsigned char workspace[256];
   alignas(16) static __nv_bfloat16 tensor[8];
