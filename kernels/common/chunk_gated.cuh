@@ -23,8 +23,8 @@
 //                        update in parallel, then an elementwise scan over the chunks
 //                        (chunk_gated_states.cuh)
 //   head gate:           HeadChunkOutputKernel (K <= 128) or HeadOutputKernel (o, and the
-//                        scores, kept for the backward in intra_scores; or dv where V > 128),
-//                        HeadChunkGradQKKernel (V <= 128: dq, dk, the dg sums and dv) or
+//                        scores, kept for the backward in intra_scores; or dv where V > 256),
+//                        HeadChunkGradQKKernel (V <= 256: dq, dk, the dg sums and dv) or
 //                        HeadGradQKKernel (dq, dk, the dg sums), and HeadGateGradKernel (dg);
 //                        chunk_gated_head_output.cuh, chunk_gated_head_grad_qk.cuh
 //   channel gate:        ChannelScoresKernel (forward: the scores, kept for the backward in
@@ -75,7 +75,7 @@ inline size_t AlignUp(size_t x) { return (x + 255) / 256 * 256; }
 // The workspace, in this order: the per-chunk states h (bf16; the caller's chunk_states instead
 // where it keeps them -- but the channel gate's backward keeps room to recompute them, which its
 // scan path does); backward: their gradients dh; head gate, backward: HeadGradQKKernel's
-// per-slice dg sums (V > 128); channel gate: the chunks' decays
+// per-slice dg sums (V > 256); channel gate: the chunks' decays
 // (StateScanKernel's factors, or the state pass's row decays), `decayed`, the decayed operand X
 // of ChannelOutputKernel (forward q scale 2^G from ChannelScoresKernel; backward k 2^(G_last - G),
 // from ChannelGradQKKernel, or, with the state pass, from ChunkDecayKernel as the pass's decayed
@@ -362,15 +362,19 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
       // One block per (chunk, head), d_o's and v's tiles resident beside the streamed ones, for
       // dq, dk, dg and dv: measured on the H200 at (1,8192,96,128) 757 -> 704 us against
       // HeadGradQKKernel's K-slice blocks (dq, dk alone); with dv and dg in it too, 895 us
-      // against 1025 for it, HeadChunkOutputKernel's dv and HeadGateGradKernel.
-      return LaunchKernel<const bf16*, const bf16*>(
-          gate_grad ? HeadChunkGradQKKernel<true> : HeadChunkGradQKKernel<false>,
-          dim3(p.total_chunks, p.heads), HeadChunkGradQKSmemBytes(p.v_dim), stream, p, w.states,
-          w.d_states);
+      // against 1025 for it, HeadChunkOutputKernel's dv and HeadGateGradKernel. At V = 256 (one
+      // block per SM; dq and dk alone were 3% slower so): 1065 us against 764 + 309 + 11 at
+      // (8,4096,8,256).
+      auto* const kernel =
+          p.v_dim <= 2 * kBK
+              ? (gate_grad ? HeadChunkGradQKKernel<true, 2> : HeadChunkGradQKKernel<false, 2>)
+              : (gate_grad ? HeadChunkGradQKKernel<true, 4> : HeadChunkGradQKKernel<false, 4>);
+      return LaunchKernel<const bf16*, const bf16*>(kernel, dim3(p.total_chunks, p.heads),
+                                                    HeadChunkGradQKSmemBytes(p.v_dim), stream, p,
+                                                    w.states, w.d_states);
     }
-    // V = 256: the whole chunk's tiles would leave one block per SM (forward + backward was 3%
-    // slower), so dv by HeadOutputKernel or HeadChunkOutputKernel, dq and dk per K slice, and dg
-    // from the slices' sums.
+    // V > 256: so many dv accumulators would spill, so dv by HeadOutputKernel or
+    // HeadChunkOutputKernel, dq and dk per K slice, and dg from the slices' sums.
     if (cudaError_t err = LaunchOutput<kGate, true>(p, w, w.d_states, stream);
         err != cudaSuccess) {
       return err;

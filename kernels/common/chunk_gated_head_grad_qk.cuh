@@ -1,9 +1,9 @@
 // dq, dk and dg of chunk_simple_gla (the per-head gate; chunk_gla's are in
-// chunk_gated_channel.cuh), and, where V <= 128, dv. Device code; included through
+// chunk_gated_channel.cuh), and, where V <= 256, dv. Device code; included through
 // chunk_gated.cuh.
 //
 // HeadGradQKKernel: one block per (chunk, head, 64-wide K slice), products accumulated in
-// registers (HeadChunkGradQKKernel, below, takes V <= 128 with one block per (chunk, head), and
+// registers (HeadChunkGradQKKernel, below, takes V <= 256 with one block per (chunk, head), and
 // computes dv and dg itself as well):
 //   dP    = scale tril(dO V^T) 2^(G_i - G_j)                  (recomputed per K slice)
 //   dq    = diag(scale 2^G) (dO h_c^T) + dP K
@@ -302,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 // K slices follow one another: the state tiles (h_c and dh_c) of step s = (K slice s / (V/64), V
 // slice s % (V/64)) stream through two stages, and q and k of the next K slice are copied once
 // the products of this one are done with them. The block adds up dg itself (ChunkGateSums).
-// V = 128: 12 tiles with the kept scores P (111 KB), two blocks per SM.
+// V = 128: 12 tiles with the kept scores P (111 KB), two blocks per SM; V = 256: 16, one.
 // It also computes dv = diag(2^(G_last - G)) (K dh_c) + P^T dO: each step adds K dh_c's part of
 // its tiles (k and dh_c are in shared memory for dk already) to an accumulator per V slice, and
 // the end adds P^T dO from the forward's kept scores P and the resident d_o -- so dv costs one
@@ -310,13 +310,14 @@ __global__ void __launch_bounds__(kThreads, 2)
 // dh_c again. Measured on the H200 at (1,8192,96,128): 707 + 290 us (this kernel, then
 // HeadChunkOutputKernel's dv) -> 915; dv at the end instead, streaming k and dh_c again, 969.
 // The block ends with dg (ChunkGateSums): 880 + 27 (HeadGateGradKernel) -> 895 us.
-constexpr int kChunkGradMaxV = 128;
+// kMaxVs: the V slices the block holds at most (2, or 4 at V = 256).
+constexpr int kChunkGradMaxV = 256;
 inline size_t HeadChunkGradQKSmemBytes(int v_dim) {
   return kGradHeaderBytes + (2 * (v_dim / kBK) + 8) * kTileElems * sizeof(bf16);
 }
 
-template <bool kGateGrad>
-__global__ void __launch_bounds__(kThreads, 2)
+template <bool kGateGrad, int kMaxVs>
+__global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
     HeadChunkGradQKKernel(ChunkGatedParams p, const bf16* states, const bf16* d_states) {
   extern __shared__ __align__(128) unsigned char smem_raw[];
   float* G = reinterpret_cast<float*>(smem_raw);
@@ -377,16 +378,14 @@ __global__ void __launch_bounds__(kThreads, 2)
   float state_dot = 0.0f;
   const ChunkGateSums gate_sums(sums);
   // dv's inter-chunk part K dh_c per V slice, summed over the K slices as they pass.
-  tile::Acc64 dv[kChunkGradMaxV / kBK];
+  tile::Acc64 dv[kMaxVs];
 #pragma unroll
-  for (int i = 0; i < kChunkGradMaxV / kBK; ++i) dv[i].Zero();
+  for (int i = 0; i < kMaxVs; ++i) dv[i].Zero();
   // dv[j] by a compile-time index (a runtime one would put the array in local memory).
   const auto with_dv = [&](int j, auto f) {
-    static_assert(kChunkGradMaxV / kBK == 2, "one branch per V slice");
-    if (j == 0) {
-      f(dv[0]);
-    } else {
-      f(dv[1]);
+#pragma unroll
+    for (int i = 0; i < kMaxVs; ++i) {
+      if (i == j) f(dv[i]);
     }
   };
   bool qk_newest = false;  // the latest group is the next K slice's q and k, not a step's states

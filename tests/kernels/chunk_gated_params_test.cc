@@ -42,7 +42,7 @@ TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   const ChunkGatedParams p = ValidUniformParams();
   // 2 sequences x 2 chunks = 4 chunks, 2 heads, K = 128, V = 64; every part 256-byte aligned.
   const size_t states = 4 * 2 * 128 * 64 * 2;     // bf16 per chunk and head (twice backward)
-  // Head gate, backward, V > 128 only (below, one block per chunk and head sums dg itself): the
+  // Head gate, backward, V > 256 only (below, one block per chunk and head sums dg itself): the
   // K slices' dg sums, 4 x 2 x 2 x 129 fp32.
   const size_t dg_sums = 8448;
   const size_t channel_decays = 4 * 2 * 128 * 4;  // channel gate: fp32 per chunk and key channel
@@ -52,8 +52,8 @@ TEST(GatedChunkWorkspace, HoldsTheStatesAndEachGateKindsScratch) {
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, false), states);
   EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(p, true), 2 * states);
   ChunkGatedParams wide_v = p;
-  wide_v.v_dim = 256;
-  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(wide_v, true), 2 * 4 * states + dg_sums);
+  wide_v.v_dim = 320;
+  EXPECT_EQ(SimpleGlaChunkWorkspaceBytes(wide_v, true), 2 * 5 * states + dg_sums);
   EXPECT_EQ(GlaChunkWorkspaceBytes(p, false), states + channel_decays + 2 * decayed);
   EXPECT_EQ(GlaChunkWorkspaceBytes(p, true), 2 * states + channel_decays + 2 * decayed);
   // The scores are the caller's, kept from the forward: bf16 64 x 64 per chunk and head.

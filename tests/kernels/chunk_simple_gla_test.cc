@@ -28,7 +28,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{Family::kRetention, 2, 150, 4, 128, 128, {}, 1.0f, true, 26},
                       Case{Family::kRetention, 1, 263, 2, 256, 128, kOddLengths, 1.0f, true, 27},
                       Case{Family::kSimpleGla, 2, 100, 72, 128, 128, {}, 0.1f, true, 28},
-                      Case{Family::kRetention, 1, 263, 16, 256, 128, kOddLengths, 1.0f, true, 29}),
+                      Case{Family::kRetention, 1, 263, 16, 256, 128, kOddLengths, 1.0f, true, 29},
+                      // V > 256: dq, dk per K slice, dg from their sums, dv by its own kernel.
+                      Case{Family::kSimpleGla, 1, 130, 2, 256, 384, {}, 1.0f, true, 30}),
     [](const ::testing::TestParamInfo<Case>& info) { return CaseName(info.param); });
 
 }  // namespace
