@@ -190,9 +190,9 @@ __device__ inline void StoreSliceGradParts(float* part, const GradSumParts& sums
 // by scans across the two warps of rows instead of HeadGateGradKernel's serial sums (a launch,
 // and the parts' round trip through memory, saved).
 struct ChunkGateSums {
-  float* kdk;    // [64]
-  float* terms;  // [64]
-  float* state;  // [1]
+  float* kdk;     // [64]
+  float* terms;   // [64]
+  float* state;   // [1]
   float* totals;  // [2]: kdk over rows 0-31, terms + kdk over rows 32-63
   __device__ explicit ChunkGateSums(const GradSumParts& sums)
       : kdk(sums.chunk), terms(kdk + kBT), state(terms + kBT), totals(state + 1) {}

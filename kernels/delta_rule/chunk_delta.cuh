@@ -141,8 +141,8 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs,
-                      tiles::StateForwardSmem(p.k_dim), b, stream)) != cudaSuccess) {
+  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs, tiles::StateForwardSmem(p.k_dim),
+                      b, stream)) != cudaSuccess) {
     return err;
   }
   if (!output) return cudaSuccess;

@@ -46,8 +46,8 @@ constexpr float kSoftplusThreshold = 20.0f;
 // Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn, W, U, Ut, their gradients
 // dW, dUt, and the per-chunk states S, dS (the bf16 copies the state passes multiply; see
 // chunk_delta_state_pass.cuh); S, Ut, W, M, T and KD come from params.chunk_states instead where
-// the caller keeps them (CarveKeptStates). Token tensors are [B*T, H, D] (flat token row r = batch * T + t); chunk matrices
-// are [chunks, H, 64, 64]; states are [chunks, H, K, V].
+// the caller keeps them (CarveKeptStates). Token tensors are [B*T, H, D] (flat token row
+// r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states are [chunks, H, K, V].
 struct Scratch {
   // forward
   __nv_bfloat16* q_rows;    // [R,H,K]  copies of q and k for the recurrence (normalised with the

@@ -24,10 +24,10 @@ TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   p.k_dim = 128;
   p.v_dim = 64;
   // Every part 256-byte aligned.
-  const size_t ut = 2 * 100 * 2 * 64 * 2;       // the new values, bf16 [B*T, H, V]
-  const size_t states = 4 * 2 * 128 * 64 * 2;   // bf16 per chunk and head
-  const size_t w = 2 * 100 * 2 * 128 * 2;       // W, bf16 [B*T, H, K]
-  const size_t matrix = 4 * 2 * 64 * 64 * 4;    // M, T and KD: fp32 64 x 64 per chunk and head
+  const size_t ut = 2 * 100 * 2 * 64 * 2;      // the new values, bf16 [B*T, H, V]
+  const size_t states = 4 * 2 * 128 * 64 * 2;  // bf16 per chunk and head
+  const size_t w = 2 * 100 * 2 * 128 * 2;      // W, bf16 [B*T, H, K]
+  const size_t matrix = 4 * 2 * 64 * 64 * 4;   // M, T and KD: fp32 64 x 64 per chunk and head
   const size_t kept_bytes = ut + states + w + 3 * matrix;
   EXPECT_EQ(DeltaRuleChunkStatesBytes(p), kept_bytes);
   EXPECT_EQ(GatedDeltaRuleChunkStatesBytes(p), kept_bytes);
