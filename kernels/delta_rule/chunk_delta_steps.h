@@ -10,7 +10,8 @@
 //   W  = T diag(beta gamma) K      U = T diag(beta) V      Ut = U - W S  (the new values)
 //   O  = scale [diag(gamma) Q S + M Ut],  M = tril(Q K^T * D)
 //   S' = gamma_L S + (diag(exp(G_L - G)) K)^T Ut
-// The backward recomputes the forward scratch, walks the state gradient back per chunk
+// The backward recomputes the forward scratch the caller did not keep (ChunkDeltaParams::
+// chunk_states), walks the state gradient back per chunk
 // (dUt = scale M^T dO + Kd dS', dS = gamma_L dS' + scale (diag(gamma) Q)^T dO - W^T dUt), and
 // then differentiates each chunk's formulas; dA = -T^T dT T^T carries the gradient through the
 // triangular inverse. Each kernel's comment gives its formulas.
