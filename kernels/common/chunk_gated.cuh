@@ -14,10 +14,12 @@
 // States are stored per chunk in bf16 (fla does the same in its forward); the running state and
 // every accumulator are fp32.
 //
-// Kernels (256 threads on 64 x 64 tiles; K, V any multiple of 64):
-//   head gate:           StatePassKernel, the per-chunk states h_c (forward) and dh_c (backward)
-//                        by one sequential pass per state tile (chunk_gated_state_pass.cuh)
-//   channel gate:        the same pass from decayed operands (ChannelScoresKernel writes the
+// Kernels (256 threads on 64 x 64 tiles but where said; K, V any multiple of 64):
+//   head gate:           HeadStatePassKernel (128 or 256 threads), the per-chunk states h_c
+//                        (forward) and dh_c (backward) by one sequential pass per state tile
+//                        (chunk_gated_head_state_pass.cuh)
+//   channel gate:        StatePassKernel, such a pass from decayed operands
+//                        (chunk_gated_state_pass.cuh; ChannelScoresKernel writes the
 //                        forward's, ChunkDecayKernel the backward's) where its grid fills enough
 //                        of the GPU; else ChunkUpdateKernel + StateScanKernel, each chunk's own
 //                        update in parallel, then an elementwise scan over the chunks
@@ -43,6 +45,7 @@
 #include "kernels/common/chunk_gated_channel.cuh"
 #include "kernels/common/chunk_gated_head_grad_qk.cuh"
 #include "kernels/common/chunk_gated_head_output.cuh"
+#include "kernels/common/chunk_gated_head_state_pass.cuh"
 #include "kernels/common/chunk_gated_params.h"
 #include "kernels/common/chunk_gated_state_pass.cuh"
 #include "kernels/common/chunk_gated_states.cuh"
@@ -159,8 +162,8 @@ cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, s
   return cudaGetLastError();
 }
 
-// The state passes (chunk_gated_state_pass.cuh), kNk 64-row key slices per block:
-// the grid StatePassKernel expects.
+// The state passes (chunk_gated_state_pass.cuh, chunk_gated_head_state_pass.cuh), kNk 64-row key
+// slices per block: the grid StatePassKernel and HeadStatePassKernel expect.
 template <int kNk>
 dim3 StatePassGrid(const ChunkGatedParams& p, int passes) {
   return dim3(p.k_dim / (kNk * kBK) * (p.v_dim / kBK), p.heads, p.num_seqs * passes);
@@ -175,20 +178,56 @@ inline int StatePasses(const ChunkGatedParams& p, bool backward) {
 template <Gate kGate, int kNk>
 cudaError_t LaunchStatePass(const ChunkGatedParams& p, bool backward, PassSet passes,
                             const Workspace& w, cudaStream_t stream) {
-  DecayedOperands decayed;
-  if (kGate == Gate::kChannel) {
-    decayed = backward ? DecayedOperands{w.decayed, w.pass_operand, w.decays}
-                       : DecayedOperands{w.pass_operand, nullptr, w.decays};
-  }
+  const DecayedOperands decayed = backward ? DecayedOperands{w.decayed, w.pass_operand, w.decays}
+                                           : DecayedOperands{w.pass_operand, nullptr, w.decays};
   return LaunchKernel<PassSet, bf16*, bf16*, DecayedOperands>(
       StatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes.count),
       kStatePassSmemBytes<kGate, kNk>, stream, p, passes, w.states, w.d_states, decayed);
 }
 
-// 128 key rows per block (kNk = 2) where K allows and it saves enough waves of blocks: such a
-// block scales its right-hand fragments once for twice the state, and the value tiles are read
-// by half the blocks, but it takes ~1.3x as long as a 64-row block (measured on the H200, two
-// blocks per SM against three) -- so with as many waves either way, 64 rows.
+// The head gate's pass (chunk_gated_head_state_pass.cuh): 128 kNk-thread blocks, one per
+// 64 kNk x 64 state tile.
+template <Gate kGate, int kNk>
+cudaError_t LaunchHeadStatePass(const ChunkGatedParams& p, PassSet passes, const Workspace& w,
+                                cudaStream_t stream) {
+  auto* const kernel = HeadStatePassKernel<kGate, kNk>;
+  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(kHeadPassSmemBytes<kNk>));
+  if (err != cudaSuccess) return err;
+  kernel<<<StatePassGrid<kNk>(p, passes.count), kHeadPassThreads<kNk>, kHeadPassSmemBytes<kNk>,
+           stream>>>(p, passes, w.states, w.d_states);
+  return cudaGetLastError();
+}
+
+// The head gate's pass takes 128 key rows per block (kNk = 2) where K allows and that leaves no
+// SM more of the pass's work: a kNk = 2 block does the work of two kNk = 1 blocks (its eight warps
+// share the value tiles' copies and reads), so dealt round the SMs, the busiest SM carries
+// kNk ceil(blocks / SMs) 64-row tiles. Where both carry as much, kNk = 2. Measured on the H200
+// (forward + backward, kNk = 1 / 2): 0.326 / 0.322 ms at (4,2048,16,128), 0.626 / 0.599 at
+// (8,2048,16,128), 1.299 / 1.527 at (2,16384,16,128) (128 blocks / 64: half the SMs idle),
+// 1.821 / 1.891 at (1,8192,96,128) (384 / 192: three tiles per SM against four), 2.185 / 2.103
+// at (8,4096,8,256) -- the rule's choice at every one.
+inline cudaError_t PickHeadPassKeySlices(const ChunkGatedParams& p, int passes, int* slices) {
+  *slices = 1;
+  if (p.k_dim % (2 * kBK) != 0) return cudaSuccess;
+  int device = 0, sms = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess)
+    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
+  if (err != cudaSuccess) return err;
+  const auto busiest = [&](int nk) {  // 64-row tiles on the busiest SM
+    const dim3 grid = nk == 1 ? StatePassGrid<1>(p, passes) : StatePassGrid<2>(p, passes);
+    const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;
+    return nk * ((blocks + sms - 1) / sms);
+  };
+  if (busiest(2) <= busiest(1)) *slices = 2;
+  return cudaSuccess;
+}
+
+// The channel gate's pass takes 128 key rows per block (kNk = 2) where K allows and it saves
+// enough waves of blocks: the value tiles are then read by half the blocks, but such a block
+// takes ~1.3x as long as a 64-row block (measured on the H200 with the head gate, whose pass this
+// was then: two blocks per SM against three) -- so with as many waves either way, 64 rows.
 constexpr double kWideBlockCost = 1.3;
 
 template <Gate kGate>
@@ -240,11 +279,11 @@ cudaError_t UseChannelStatePass(const ChunkGatedParams& p, int passes, bool* use
 
 // The per-chunk states; backward: their gradients, and the states again unless the caller kept
 // the forward's (kBackward; the forward wrote the final state). By the sequential passes
-// (chunk_gated_state_pass.cuh) where by_pass (always for the head gate; the channel gate's from
-// decayed operands, which the forward's ChannelScoresKernel has written already and the
-// backward's ChunkDecayKernel writes here); else each chunk's update, then the scan over the
-// chunks (chunk_gated_states.cuh), the gradients scanned in reverse -- that path recomputes the
-// states always.
+// (chunk_gated_head_state_pass.cuh, chunk_gated_state_pass.cuh) where by_pass (always for the
+// head gate; the channel gate's from decayed operands, which the forward's ChannelScoresKernel
+// has written already and the backward's ChunkDecayKernel writes here); else each chunk's
+// update, then the scan over the chunks (chunk_gated_states.cuh), the gradients scanned in
+// reverse -- that path recomputes the states always.
 template <Gate kGate, bool kBackward>
 cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, bool by_pass,
                           cudaStream_t stream) {
@@ -272,13 +311,22 @@ cudaError_t ComputeStates(const ChunkGatedParams& p, const Workspace& w, bool by
       if (err != cudaSuccess) return err;
     }
   }
-  int slices = 1;
-  if (cudaError_t err = PickPassKeySlices<kGate>(p, passes, &slices); err != cudaSuccess) {
-    return err;
-  }
   const PassSet set{passes == 2 || !kBackward ? 0 : 1, passes};
-  return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, kBackward, set, w, stream)
-                     : LaunchStatePass<kGate, 1>(without_final, kBackward, set, w, stream);
+  if constexpr (kGate == Gate::kHead) {
+    int slices = 1;
+    if (cudaError_t err = PickHeadPassKeySlices(p, passes, &slices); err != cudaSuccess) {
+      return err;
+    }
+    if (slices == 2) return LaunchHeadStatePass<kGate, 2>(without_final, set, w, stream);
+    return LaunchHeadStatePass<kGate, 1>(without_final, set, w, stream);
+  } else {
+    int slices = 1;
+    if (cudaError_t err = PickPassKeySlices<kGate>(p, passes, &slices); err != cudaSuccess) {
+      return err;
+    }
+    return slices == 2 ? LaunchStatePass<kGate, 2>(without_final, kBackward, set, w, stream)
+                       : LaunchStatePass<kGate, 1>(without_final, kBackward, set, w, stream);
+  }
 }
 
 // Whether the states go by the sequential passes (head gate: always).

@@ -1,6 +1,6 @@
 // The per-chunk states of chunk_gla (the per-channel gate), in two parallel steps. Device code;
 // included through chunk_gated.cuh. (chunk_simple_gla's per-head gate takes one sequential pass
-// per state tile instead: chunk_gated_state_pass.cuh.)
+// per state tile instead: chunk_gated_head_state_pass.cuh.)
 //
 // The gates are diagonal, so the state recurrence h_{c+1} = diag(2^G_last_c) h_c + U_c is
 // elementwise over the K x V state once every chunk's own contribution U_c is known:

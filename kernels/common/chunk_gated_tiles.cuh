@@ -145,31 +145,35 @@ __device__ inline void LoadRows(bf16* dst, const bf16* base, const TensorStrides
   });
 }
 
-// A thread's share of the asynchronous copy of a 64 x 64 tile from a [B,T,H,D] tensor: two
-// 16-byte pieces, rows `row` and row + 32 (rows past the chunk zero-filled). The per-thread
-// offsets are formed once, for kernels that copy a tile per chunk in a loop over the chunks.
-struct TileCopy {
-  int row;      // this thread's first row
-  int dst;      // its first piece in the tile
-  int64_t src;  // and in the tensor, from the chunk's first row at the tile's first column
-  int64_t src_step;  // 32 rows of the tensor
+// A thread's share of the asynchronous copy of a 64 x 64 tile from a [B,T,H,D] tensor by a block
+// of kCopyThreads threads: 64 x 8 16-byte pieces, a thread's at rows `row`, row + kCopyThreads /
+// 8, ... (rows past the chunk zero-filled). The per-thread offsets are formed once, for kernels
+// that copy a tile per chunk in a loop over the chunks.
+template <int kCopyThreads>
+struct TileCopyBy {
+  static constexpr int kRowStep = kCopyThreads / 8;  // rows between a thread's pieces
+  int row;                                           // this thread's first row
+  int dst;                                           // its first piece in the tile
+  int64_t src;       // and in the tensor, from the chunk's first row at the tile's first column
+  int64_t src_step;  // kRowStep rows of the tensor
 
-  __device__ explicit TileCopy(const TensorStrides& s)
+  __device__ explicit TileCopyBy(const TensorStrides& s)
       : row(static_cast<int>(threadIdx.x) / 8),
         dst(row * kLdBf16 + threadIdx.x % 8 * 8),
         src(row * s.token + threadIdx.x % 8 * 8),
-        src_step(32 * s.token) {}
+        src_step(kRowStep * s.token) {}
 
   // chunk_rows: the tensor at the chunk's first row and the tile's first column.
   __device__ __forceinline__ void Issue(bf16* tile, const bf16* chunk_rows, int rows) const {
 #pragma unroll
-    for (int i = 0; i < kBT / 32; ++i) {
-      const bool valid = row + 32 * i < rows;
+    for (int i = 0; i < kBT / kRowStep; ++i) {
+      const bool valid = row + kRowStep * i < rows;
       const bf16* from = valid ? chunk_rows + src + i * src_step : chunk_rows;
-      __pipeline_memcpy_async(tile + dst + 32 * i * kLdBf16, from, 16, valid ? 0 : 16);
+      __pipeline_memcpy_async(tile + dst + kRowStep * i * kLdBf16, from, 16, valid ? 0 : 16);
     }
   }
 };
+using TileCopy = TileCopyBy<kThreads>;
 
 // The tensor at chunk c's first row, column col0, of head h.
 __device__ inline const bf16* ChunkRows(const bf16* base, const TensorStrides& s, const Chunk& c,
