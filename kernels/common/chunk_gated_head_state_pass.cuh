@@ -104,37 +104,29 @@ __global__ void __launch_bounds__(kHeadPassThreads<kNk>, 4 / kNk)
   using Stage = HeadPassStage<kNk>;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   Stage* stages = reinterpret_cast<Stage*>(smem_raw);
-  const int n = blockIdx.z / passes.count, h = blockIdx.y;
-  const bool reverse = passes.first + static_cast<int>(blockIdx.z) % passes.count == 1;
-  const int v_tiles = p.v_dim / kBK;
-  const int k0 = blockIdx.x / v_tiles * kNk * kBK, v0 = blockIdx.x % v_tiles * kBK;
-  const Seq seq = LocateSeq<kBT>(p, n);
-  const int chunks = seq.num_chunks;
-  const auto chunk_at = [&](int step) {
-    return MakeChunk(n, seq, reverse ? chunks - 1 - step : step);
-  };
-  const bf16* lhs_src = reverse ? p.q : p.k;
-  const bf16* rhs_src = reverse ? p.d_o : p.v;
+  const PassBlock pass = LocatePassBlock<kNk>(p, passes);
+  const bf16* lhs_src = pass.reverse ? p.q : p.k;
+  const bf16* rhs_src = pass.reverse ? p.d_o : p.v;
   const TileCopyBy<kHeadPassThreads<kNk>> lhs_copy(p.qk_strides), rhs_copy(p.v_strides);
   const int gate_row = threadIdx.x;  // threads [0, 64) copy a gate each
   const int64_t gate_offset = gate_row * p.g_strides.token;
   const int64_t chunk_states = int64_t{p.heads} * p.k_dim * p.v_dim;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, t = lane % 4;
   const int row0 = 16 * warp;  // this warp's key rows in the tile
-  bf16* const warp_slots =
-      (reverse ? d_states : states) + (int64_t{h} * p.k_dim + k0 + row0) * p.v_dim + v0;
+  bf16* const warp_slots = (pass.reverse ? d_states : states) +
+                           (int64_t{pass.h} * p.k_dim + pass.k0 + row0) * p.v_dim + pass.v0;
 
   const auto issue = [&](int step) {
-    if (step < chunks) {
+    if (step < pass.chunks) {
       Stage& s = stages[step % kHeadPassStages];
-      const Chunk c = chunk_at(step);
-      const bf16* lhs_rows = ChunkRows(lhs_src, p.qk_strides, c, h, k0);
+      const Chunk c = pass.At(step);
+      const bf16* lhs_rows = ChunkRows(lhs_src, p.qk_strides, c, pass.h, pass.k0);
 #pragma unroll
       for (int i = 0; i < kNk; ++i) lhs_copy.Issue(s.lhs[i], lhs_rows + i * kBK, c.rows);
-      rhs_copy.Issue(s.rhs, ChunkRows(rhs_src, p.v_strides, c, h, v0), c.rows);
+      rhs_copy.Issue(s.rhs, ChunkRows(rhs_src, p.v_strides, c, pass.h, pass.v0), c.rows);
       if (p.g != nullptr && gate_row < kBT) {
         const bool valid = gate_row < c.rows;
-        const float* gates = RowPtr(p.g, p.g_strides, c.batch, c.t0, h);
+        const float* gates = RowPtr(p.g, p.g_strides, c.batch, c.t0, pass.h);
         __pipeline_memcpy_async(&s.g[gate_row], valid ? gates + gate_offset : gates, sizeof(float),
                                 valid ? 0 : sizeof(float));
       }
@@ -155,19 +147,20 @@ __global__ void __launch_bounds__(kHeadPassThreads<kNk>, 4 / kNk)
         f(j, e, lane_row + 8 * (e / 2 % 2), 16 * j + 8 * (e / 4) + lane_col);
     }
   };
-  const float* first = reverse ? p.d_final_state : p.initial_state;
+  const float* first = pass.reverse ? p.d_final_state : p.initial_state;
   for_each_pair([&](int j, int e, int r, int col) {
     float2 x = make_float2(0.0f, 0.0f);
     if (first != nullptr) {
-      x = *reinterpret_cast<const float2*>(first + StateOffset(p, n, h, k0 + r, v0 + col));
+      x = *reinterpret_cast<const float2*>(
+          first + StateOffset(p, pass.n, pass.h, pass.k0 + r, pass.v0 + col));
     }
     acc[j].x[e] = x.x;
     acc[j].x[e + 1] = x.y;
   });
-  const float gamma = p.g_gamma != nullptr ? p.g_gamma[h] : 0.0f;
+  const float gamma = p.g_gamma != nullptr ? p.g_gamma[pass.h] : 0.0f;
 
-  for (int step = 0; step < chunks; ++step) {
-    const Chunk c = chunk_at(step);
+  for (int step = 0; step < pass.chunks; ++step) {
+    const Chunk c = pass.At(step);
     bf16* const slot = warp_slots + c.global * chunk_states;
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[j].StoreBf16Global16B(slot + 16 * j, p.v_dim);
@@ -175,14 +168,14 @@ __global__ void __launch_bounds__(kHeadPassThreads<kNk>, 4 / kNk)
     __syncthreads();  // this step's stage is in; every warp is done with the previous stage
     issue(step + kHeadPassStages - 1);
     const Stage& s = stages[step % kHeadPassStages];
-    const HeadPassFactors f = ScanHeadPassGates(p, s.g, c.rows, gamma, reverse);
+    const HeadPassFactors f = ScanHeadPassGates(p, s.g, c.rows, gamma, pass.reverse);
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[j].Scale(f.decay);
     // acc += (lhs * f)^T rhs: A(i, l) = lhs[l][row0 + i] (keys by tokens), whose fragment at k
     // offset l holds tokens l + 2t, l + 2t + 1 (a0, a1) and those + 8 (a2, a3), the token pairs
     // l / 2 + t and l / 2 + t + 4; B(l, col) = rhs[l][col].
     const tile::Bf16AOperand<false> a(s.lhs[warp / 4] + row0 % kBK, kLdBf16);
-    const tile::Bf16BOperand<true> b(s.rhs, kLdBf16);
+    const tile::Bf16BOperand<true> rhs_operand(s.rhs, kLdBf16);
 #pragma unroll
     for (int l = 0; l < kBT; l += 16) {
       uint32_t fa[4];
@@ -199,17 +192,18 @@ __global__ void __launch_bounds__(kHeadPassThreads<kNk>, 4 / kNk)
 #pragma unroll
       for (int j = 0; j < 4; ++j) {
         uint32_t fb[4];
-        ptx::LoadMatrix4Trans(fb, b.base + 2 * (l * kLdBf16 + 16 * j));
+        ptx::LoadMatrix4Trans(fb, rhs_operand.base + 2 * (l * kLdBf16 + 16 * j));
         ptx::MmaM16N8K16Bf16(acc[j].x, fa, fb[0], fb[1]);
         ptx::MmaM16N8K16Bf16(acc[j].x + 4, fa, fb[2], fb[3]);
       }
     }
   }
 
-  float* last = reverse ? p.d_initial_state : p.final_state;
+  float* last = pass.reverse ? p.d_initial_state : p.final_state;
   if (last != nullptr) {
     for_each_pair([&](int j, int e, int r, int col) {
-      *reinterpret_cast<float2*>(last + StateOffset(p, n, h, k0 + r, v0 + col)) =
+      *reinterpret_cast<float2*>(last +
+                                 StateOffset(p, pass.n, pass.h, pass.k0 + r, pass.v0 + col)) =
           make_float2(acc[j].x[e], acc[j].x[e + 1]);
     });
   }

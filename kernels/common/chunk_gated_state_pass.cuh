@@ -112,6 +112,31 @@ struct PassSet {
   int count = 1;
 };
 
+// A state-pass block's place in the grid (StatePassGrid<kNk>, blockIdx.z = n passes.count + r):
+// sequence n, head h, whether it runs the reverse pass (pass passes.first + r), its tile's first
+// key row k0 and value column v0, and the sequence's chunks in the order the pass walks them.
+struct PassBlock {
+  int n, h, k0, v0, chunks;
+  bool reverse;
+  Seq seq;
+  __device__ Chunk At(int step) const {
+    return MakeChunk(n, seq, reverse ? chunks - 1 - step : step);
+  }
+};
+template <int kNk>
+__device__ inline PassBlock LocatePassBlock(const ChunkGatedParams& p, PassSet passes) {
+  PassBlock b;
+  b.n = blockIdx.z / passes.count;
+  b.h = blockIdx.y;
+  b.reverse = passes.first + static_cast<int>(blockIdx.z) % passes.count == 1;
+  const int v_tiles = p.v_dim / kBK;
+  b.k0 = blockIdx.x / v_tiles * kNk * kBK;
+  b.v0 = blockIdx.x % v_tiles * kBK;
+  b.seq = LocateSeq<kBT>(p, b.n);
+  b.chunks = b.seq.num_chunks;
+  return b;
+}
+
 // Grid: (K / (64 kNk) x V / 64 tiles, H, N sequences x passes.count), blockIdx.z = n count + r
 // running pass first + r. The forward pass starts from initial_state and ends in final_state
 // (skipped where null), the reverse pass starts from d_final_state and ends in d_initial_state.
@@ -123,38 +148,30 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
   static_assert(kGate == Gate::kChannel, "the head gate's pass is HeadStatePassKernel");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   PassStage<kGate, kNk>* stages = reinterpret_cast<PassStage<kGate, kNk>*>(smem_raw);
-  const int n = blockIdx.z / passes.count, h = blockIdx.y;
-  const bool reverse = passes.first + static_cast<int>(blockIdx.z) % passes.count == 1;
-  const int v_tiles = p.v_dim / kBK;
-  const int k0 = blockIdx.x / v_tiles * kNk * kBK, v0 = blockIdx.x % v_tiles * kBK;
-  const Seq seq = LocateSeq<kBT>(p, n);
-  const int chunks = seq.num_chunks;
-  const auto chunk_at = [&](int step) {
-    return MakeChunk(n, seq, reverse ? chunks - 1 - step : step);
-  };
-  const bf16* lhs_src = reverse ? decayed.queries : decayed.keys;
-  const bf16* rhs_src = reverse ? p.d_o : p.v;
+  const PassBlock pass = LocatePassBlock<kNk>(p, passes);
+  const bf16* lhs_src = pass.reverse ? decayed.queries : decayed.keys;
+  const bf16* rhs_src = pass.reverse ? p.d_o : p.v;
   // Every address's per-thread part is formed once; a chunk adds its own base. (The decayed
   // operands are [chunks, H, 64, K]: rows K apart.)
   TensorStrides decayed_rows;
   decayed_rows.token = p.k_dim;
   const TileCopy lhs_copy(decayed_rows), rhs_copy(p.v_strides);
   const int64_t chunk_states = int64_t{p.heads} * p.k_dim * p.v_dim;
-  bf16* const tile_slots =
-      (reverse ? d_states : states) + (int64_t{h} * p.k_dim + k0) * p.v_dim + v0;
+  bf16* const tile_slots = (pass.reverse ? d_states : states) +
+                           (int64_t{pass.h} * p.k_dim + pass.k0) * p.v_dim + pass.v0;
 
   const auto issue = [&](int step) {
-    if (step < chunks) {
+    if (step < pass.chunks) {
       PassStage<kGate, kNk>& s = stages[step % kPassStages];
-      const Chunk c = chunk_at(step);
-      const bf16* lhs_rows = lhs_src + DecayedOffset(p, c.global, h, 0) + k0;
+      const Chunk c = pass.At(step);
+      const bf16* lhs_rows = lhs_src + DecayedOffset(p, c.global, pass.h, 0) + pass.k0;
 #pragma unroll
       for (int i = 0; i < kNk; ++i) lhs_copy.Issue(s.lhs[i], lhs_rows + i * kBK, c.rows);
-      rhs_copy.Issue(s.rhs, ChunkRows(rhs_src, p.v_strides, c, h, v0), c.rows);
+      rhs_copy.Issue(s.rhs, ChunkRows(rhs_src, p.v_strides, c, pass.h, pass.v0), c.rows);
       if (threadIdx.x < kNk * kBK / 4) {  // Gl of the block's key rows, four per thread
-        __pipeline_memcpy_async(&s.g[4 * threadIdx.x],
-                                decayed.decays + DecayOffset(p, c.global, h, k0) + 4 * threadIdx.x,
-                                16);
+        __pipeline_memcpy_async(
+            &s.g[4 * threadIdx.x],
+            decayed.decays + DecayOffset(p, c.global, pass.h, pass.k0) + 4 * threadIdx.x, 16);
       }
     }
     __pipeline_commit();  // one group per step, empty past the end: the waits count steps
@@ -162,16 +179,18 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
   for (int step = 0; step < kPassStages - 1; ++step) issue(step);
 
   tile::Acc64 acc[kNk];
-  const float* first = reverse ? p.d_final_state : p.initial_state;
+  const float* first = pass.reverse ? p.d_final_state : p.initial_state;
 #pragma unroll
   for (int i = 0; i < kNk; ++i) {
     acc[i].Transform([&](int r, int col, float) {
-      return first != nullptr ? first[StateOffset(p, n, h, k0 + i * kBK + r, v0 + col)] : 0.0f;
+      return first != nullptr
+                 ? first[StateOffset(p, pass.n, pass.h, pass.k0 + i * kBK + r, pass.v0 + col)]
+                 : 0.0f;
     });
   }
 
-  for (int step = 0; step < chunks; ++step) {
-    const Chunk c = chunk_at(step);
+  for (int step = 0; step < pass.chunks; ++step) {
+    const Chunk c = pass.At(step);
     bf16* const slot = tile_slots + c.global * chunk_states;
 #pragma unroll
     for (int i = 0; i < kNk; ++i) acc[i].StoreBf16Global16B(slot + i * kBK * p.v_dim, p.v_dim);
@@ -199,11 +218,11 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
                                          [](uint32_t(&)[4], int) {});
   }
 
-  float* last = reverse ? p.d_initial_state : p.final_state;
+  float* last = pass.reverse ? p.d_initial_state : p.final_state;
   if (last != nullptr) {
 #pragma unroll
     for (int i = 0; i < kNk; ++i) {
-      float* const tile = last + StateOffset(p, n, h, k0 + i * kBK, v0);
+      float* const tile = last + StateOffset(p, pass.n, pass.h, pass.k0 + i * kBK, pass.v0);
       acc[i].ForEachPairAt(p.v_dim, [&](int at, float x0, float x1) {
         *reinterpret_cast<float2*>(tile + at) = make_float2(x0, x1);
       });
