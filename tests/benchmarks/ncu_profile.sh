@@ -34,6 +34,6 @@ FLAME_BENCH_REPS=1 FLAME_BENCH_WARMUP=0 FLAME_BENCH_BUDGET_MS=0 timeout 300 \
   ncu --set full --import-source no -k "regex:$KERNEL" -c "${COUNT:-1}" -o "$OUT/profile" \
   "$bench" "$OPS" "$SHAPE" > "$OUT/ncu.log" 2>&1 || { tail -20 "$OUT/ncu.log"; exit 1; }
 ncu -i "$OUT/profile.ncu-rep" --page details --print-details all > "$OUT/details.txt"
-ncu -i "$OUT/profile.ncu-rep" --page source --print-source sass --csv -c 1 > "$OUT/source.csv"
+ncu -i "$OUT/profile.ncu-rep" --page source --print-source sass --csv > "$OUT/source.csv"
 python3 "$here/ncu_summary.py" "$OUT/details.txt" "$OUT/source.csv" "${TOP:-25}" |
   tee "$OUT/summary.txt"

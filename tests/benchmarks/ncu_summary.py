@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
-"""Summarises an ncu report's exports for tuning one kernel (ncu_profile.sh writes them).
+"""Summarises an ncu report's exports for tuning the chunk kernels (ncu_profile.sh writes them).
 
   ncu_summary.py DETAILS.txt SOURCE.csv [top]
 
 DETAILS.txt: `ncu --page details --print-details all`; the lines kept are the ones that say
 whether a kernel is bound by memory, by issue or by latency (durations are at ncu's locked base
 clocks unless it ran with --clock-control none). SOURCE.csv: `ncu --page source --print-source
-sass --csv` for one kernel: the opcode mix weighted by executions and by stall samples, how many
+sass --csv`, per kernel: the opcode mix weighted by executions and by stall samples, how many
 instructions run how often (a loop's body shows as one count), and the `top` most-stalled
 instructions.
 """
@@ -43,7 +43,24 @@ def number(x):
 
 
 def source(path, top):
-    rows = list(csv.reader(open(path, errors="replace")))
+    """One summary per kernel: the export lists each as a "Kernel Name" row, a header, its SASS."""
+    kernels, rows = [], None
+    for r in csv.reader(open(path, errors="replace")):
+        if r and r[0] == "Kernel Name":
+            rows = []
+            kernels.append((r[1] if len(r) > 1 else "?", rows))
+        elif rows is not None:
+            rows.append(r)
+    done = set()
+    for name, rows in kernels:
+        if name in done:  # the export can list a kernel twice
+            continue
+        done.add(name)
+        print(f"== SASS of {re.sub(r'[(].*', '', name)[-90:]}")
+        kernel_source(rows, top)
+
+
+def kernel_source(rows, top):
     header = next(r for r in rows if "Source" in r and "Instructions Executed" in r)
     at = {name: header.index(name) for name in
           ("Address", "Source", "Instructions Executed", "Warp Stall Sampling (All Samples)")}
