@@ -30,8 +30,8 @@
 // states go out in 16-byte stores (Acc64::StoreBf16Global16B: a quad of lanes trades its pairs
 // first), whole 32-byte sectors per store instruction instead of halves.
 // kNk = 2 (128 key rows per block, two blocks per SM) halves the value tile reads per state
-// element but takes ~1.3x as long per block as kNk = 1 (64 rows, three blocks per SM); the
-// launcher (PickPassKeySlices) takes it where it saves waves of blocks.
+// element but took ~1.3x as long per block as kNk = 1 (64 rows, three blocks per SM; measured
+// with the head gate); the launcher (PickPassKeySlices) takes it where it saves waves of blocks.
 #pragma once
 
 #include <cuda_bf16.h>
