@@ -95,8 +95,6 @@ constexpr size_t kHeadPassSmemBytes = kHeadPassStages * sizeof(HeadPassStage<kNk
 // Grid: StatePassGrid<kNk> (64 kNk x 64 state tiles, H, N sequences x passes.count); blockIdx.z =
 // n count + r runs pass first + r (PassSet). Starts from initial_state (forward) or
 // d_final_state (reverse), ends in final_state or d_initial_state, each skipped where null.
-// (A template only so that the header defines it in each launcher's translation unit without a
-// clash.)
 template <Gate kGate, int kNk>
 __global__ void __launch_bounds__(kHeadPassThreads<kNk>, 4 / kNk)
     HeadStatePassKernel(ChunkGatedParams p, PassSet passes, bf16* states, bf16* d_states) {
