@@ -150,16 +150,25 @@ inline cudaError_t Validate(const ChunkGatedParams& p, Gate gate, bool backward)
                                                                  : cudaErrorInvalidValue;
 }
 
-// Raises the kernel's dynamic shared-memory limit (needed above 48 KB) and launches it.
+// Raises the kernel's dynamic shared-memory limit (needed above 48 KB) and launches it with
+// `threads` threads per block.
 template <typename... Args>
-cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, size_t smem,
-                         cudaStream_t stream, const ChunkGatedParams& p, Args... args) {
+cudaError_t LaunchKernelWith(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, int threads,
+                             size_t smem, cudaStream_t stream, const ChunkGatedParams& p,
+                             Args... args) {
   cudaError_t err =
       cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                            static_cast<int>(smem));
   if (err != cudaSuccess) return err;
-  kernel<<<grid, kThreads, smem, stream>>>(p, args...);
+  kernel<<<grid, threads, smem, stream>>>(p, args...);
   return cudaGetLastError();
+}
+
+// LaunchKernelWith for the kThreads-thread blocks of all but the head gate's state pass.
+template <typename... Args>
+cudaError_t LaunchKernel(void (*kernel)(ChunkGatedParams, Args...), dim3 grid, size_t smem,
+                         cudaStream_t stream, const ChunkGatedParams& p, Args... args) {
+  return LaunchKernelWith<Args...>(kernel, grid, kThreads, smem, stream, p, args...);
 }
 
 // The state passes (chunk_gated_state_pass.cuh, chunk_gated_head_state_pass.cuh), kNk 64-row key
@@ -190,13 +199,9 @@ cudaError_t LaunchStatePass(const ChunkGatedParams& p, bool backward, PassSet pa
 template <Gate kGate, int kNk>
 cudaError_t LaunchHeadStatePass(const ChunkGatedParams& p, PassSet passes, const Workspace& w,
                                 cudaStream_t stream) {
-  auto* const kernel = HeadStatePassKernel<kGate, kNk>;
-  cudaError_t err = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                         static_cast<int>(kHeadPassSmemBytes<kNk>));
-  if (err != cudaSuccess) return err;
-  kernel<<<StatePassGrid<kNk>(p, passes.count), kHeadPassThreads<kNk>, kHeadPassSmemBytes<kNk>,
-           stream>>>(p, passes, w.states, w.d_states);
-  return cudaGetLastError();
+  return LaunchKernelWith<PassSet, bf16*, bf16*>(
+      HeadStatePassKernel<kGate, kNk>, StatePassGrid<kNk>(p, passes.count), kHeadPassThreads<kNk>,
+      kHeadPassSmemBytes<kNk>, stream, p, passes, w.states, w.d_states);
 }
 
 // The head gate's pass takes 128 key rows per block (kNk = 2) where K allows and that leaves no
@@ -210,11 +215,8 @@ cudaError_t LaunchHeadStatePass(const ChunkGatedParams& p, PassSet passes, const
 inline cudaError_t PickHeadPassKeySlices(const ChunkGatedParams& p, int passes, int* slices) {
   *slices = 1;
   if (p.k_dim % (2 * kBK) != 0) return cudaSuccess;
-  int device = 0, sms = 0;
-  cudaError_t err = cudaGetDevice(&device);
-  if (err == cudaSuccess)
-    err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
-  if (err != cudaSuccess) return err;
+  int sms = 0;
+  if (cudaError_t err = MultiprocessorCount(&sms); err != cudaSuccess) return err;
   const auto busiest = [&](int nk) {  // 64-row tiles on the busiest SM
     const dim3 grid = nk == 1 ? StatePassGrid<1>(p, passes) : StatePassGrid<2>(p, passes);
     const int64_t blocks = int64_t{grid.x} * grid.y * grid.z;

@@ -10,6 +10,14 @@
 
 namespace flame::kernels {
 
+// *sms = the current device's multiprocessors.
+inline cudaError_t MultiprocessorCount(int* sms) {
+  int device = 0;
+  cudaError_t err = cudaGetDevice(&device);
+  if (err == cudaSuccess) err = cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, device);
+  return err;
+}
+
 // *slots = blocks per SM x SMs for `kernel` at `threads` threads and `smem` bytes of dynamic
 // shared memory, whose limit this raises first (as a launch would need; the occupancy
 // calculator counts a block above 48 KB as not fitting until it is raised); 0 where a block does
@@ -21,7 +29,7 @@ inline cudaError_t GridSlots(const void* kernel, int threads, size_t smem, int64
   if ((err = cudaGetDevice(&device)) != cudaSuccess ||
       (err = cudaDeviceGetAttribute(&smem_limit, cudaDevAttrMaxSharedMemoryPerBlockOptin,
                                     device)) != cudaSuccess ||
-      (err = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device)) != cudaSuccess) {
+      (err = MultiprocessorCount(&sms)) != cudaSuccess) {
     return err;
   }
   if (smem > static_cast<size_t>(smem_limit)) return cudaSuccess;
