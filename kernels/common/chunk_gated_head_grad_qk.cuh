@@ -68,31 +68,45 @@ static_assert((kBT + 2 * kBT * kColumnTiles + kWarps + kChunkGateSumFloats) * si
                   kGradHeaderBytes,
               "G, the dg sums' parts and ChunkGateSums's fit the header");
 
-// parts[r * kColumnTiles + w] = the sum over this warp's columns of f(r, col, i, e), f reading
-// element e of part i of Acc64-shaped accumulators, for every row r the lane holds: the quad's
-// lanes reduce by shuffles, one lane of the quad stores.
+// parts[r * kColumnTiles + w] = the sum over this warp's columns of f(r, col, i, e), the sum of
+// elements e and e + 1 (columns col and col + 1, e even) of part i of Acc64-shaped accumulators,
+// for every row r the lane holds. The quad's four lanes hold the same four rows: they reduce them
+// together by a transposing butterfly (three shuffles; lane t ends with the whole of the quad's
+// row t, i = t / 2, half = t % 2) and each lane stores one -- where a reduction per row took
+// eight shuffles in four dependent chains.
 template <typename F>
 __device__ inline void StoreRowSumParts(float* parts, F f) {
-  float* const own = parts + tile::Acc64::Col() / 16;  // this warp's column tile
+  float sum[4];  // sum[2 i + half]: row ElementRow(i, 2 half)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       const int row = tile::Acc64::ElementRow(i, 2 * half);
-      float sum = 0.0f;
+      float x = 0.0f;
 #pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b) {  // the elements of this row: x[4 n8 + 2 half + b]
-          const int e = 4 * n8 + 2 * half + b;
-          sum += f(row, tile::Acc64::ElementCol(e), i, e);
-        }
+      for (int n8 = 0; n8 < 2; ++n8) {  // the pairs of this row: x[4 n8 + 2 half], + 1
+        const int e = 4 * n8 + 2 * half;
+        x += f(row, tile::Acc64::ElementCol(e), i, e);
       }
-      sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-      sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-      if (threadIdx.x % 4 == 0) own[row * kColumnTiles] = sum;
+      sum[2 * i + half] = x;
     }
   }
+  const int t = threadIdx.x % 4;
+  const bool t0 = t & 1, t1 = t & 2;
+  // Step 1 (partner t ^ 1): keep the sums whose index has t's bit 0, add the partner's.
+  float a[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    const float keep = t0 ? sum[2 * k + 1] : sum[2 * k];
+    const float send = t0 ? sum[2 * k] : sum[2 * k + 1];
+    a[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+  }
+  // Step 2 (partner t ^ 2): keep a[t's bit 1]; the quad's total of sum[t].
+  const float keep = t1 ? a[1] : a[0];
+  const float send = t1 ? a[0] : a[1];
+  const float total = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  const int row = tile::Acc64::ElementRow(t / 2, 2 * (t % 2));
+  parts[row * kColumnTiles + tile::Acc64::Col() / 16] = total;
 }
 
 // Row r's sum from its parts, always in the same order.
@@ -115,26 +129,27 @@ struct GradSumParts {
         chunk(state + kWarps) {}
 };
 
-__device__ inline float TileAt(const bf16* t, int r, int col) {
-  return ToFloat(t[r * kLdBf16 + col]);
+// Elements (r, col) and (r, col + 1) of a bf16 tile (col even), in one 4-byte load.
+__device__ inline float2 TilePairAt(const bf16* t, int r, int col) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(t + r * kLdBf16 + col);
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
-// This thread's part of <a, b> over two 64 x 64 bf16 tiles (for dg's <h_c, dh_c>), eight
-// elements per 16-byte load of each.
+// This warp's part of <a, b> over two 64 x 64 bf16 tiles (for dg's <h_c, dh_c>), by tensor
+// cores: <a, b> is the trace of A B^T, the sum of the traces of its 16 x 16 diagonal blocks.
+// Warp w takes diagonal block w % 4 over columns [32 (w / 4), + 32): one 16 x 16 x 32 product,
+// of which lane (g, t) keeps its diagonal elements -- C(g + 8 half, 8 h + 2t + b) lies on the
+// diagonal where half = h and g = 2t + b. (Summed elementwise from 16-byte loads it took about
+// four times the instructions, most of them the bf16 pairs' unpacking shifts and masks.)
 __device__ inline float TileDotPart(const bf16* a, const bf16* b) {
-  float sum = 0.0f;
-  ForBlockItems<kThreads, kBK * 8>([&](int idx) {
-    const int at = idx / 8 * kLdBf16 + idx % 8 * 8;
-    const uint4 x = *reinterpret_cast<const uint4*>(a + at);
-    const uint4 y = *reinterpret_cast<const uint4*>(b + at);
-    const uint32_t xs[4] = {x.x, x.y, x.z, x.w}, ys[4] = {y.x, y.y, y.z, y.w};
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      sum += __uint_as_float(xs[i] << 16) * __uint_as_float(ys[i] << 16);
-      sum += __uint_as_float(xs[i] & 0xffff0000u) * __uint_as_float(ys[i] & 0xffff0000u);
-    }
-  });
-  return sum;
+  const int warp = threadIdx.x / 32, block = warp % 4 * 16, col0 = warp / 4 * 32;
+  tile::WarpAcc16 c;
+  c.Zero();
+  tile::MmaBf16Warp16<true, false>(c, 32, a + block * kLdBf16 + col0, kLdBf16,
+                                   b + block * kLdBf16 + col0, kLdBf16);
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  if (g / 2 != t) return 0.0f;
+  return (g & 1) ? c.x[1] + c.x[7] : c.x[0] + c.x[6];
 }
 
 // The end of one K slice's dq and dk, their sums over V done and dP stored to shared memory
@@ -145,12 +160,13 @@ __device__ inline void FinishSliceGrads(tile::Acc64& dq, tile::Acc64& dk, float 
                                         const float* G, float scale, const bf16* dP, const bf16* xq,
                                         const bf16* xk, const GradSumParts& sums,
                                         BeforeDp before_dp) {
-  dq.Transform([&](int r, int, float x) { return x * scale * exp2f(G[r]); });
+  dq.Transform([&](int r, int, float x) { return x * (scale * exp2f(G[r])); });
   const float g_last = G[kBT - 1];
   dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
   if constexpr (kGateGrad) {
     StoreRowSumParts(sums.kdk, [&](int r, int col, int i, int e) {
-      return TileAt(xk, r, col) * dk.part[i].x[e];
+      const float2 k2 = TilePairAt(xk, r, col);
+      return k2.x * dk.part[i].x[e] + k2.y * dk.part[i].x[e + 1];
     });
   }
   before_dp();
@@ -163,7 +179,9 @@ __device__ inline void FinishSliceGrads(tile::Acc64& dq, tile::Acc64& dk, float 
     // score dq_t = dP_tt k_t, dk_t = dP_tt q_t), and two separate row sums would leave their
     // fp32 rounding as the whole of dg.
     StoreRowSumParts(sums.terms, [&](int r, int col, int i, int e) {
-      return TileAt(xq, r, col) * dq.part[i].x[e] - TileAt(xk, r, col) * dk.part[i].x[e];
+      const float2 q2 = TilePairAt(xq, r, col), k2 = TilePairAt(xk, r, col);
+      return (q2.x * dq.part[i].x[e] - k2.x * dk.part[i].x[e]) +
+             (q2.y * dq.part[i].x[e + 1] - k2.y * dk.part[i].x[e + 1]);
     });
     state_dot = WarpSum(state_dot);
     if (threadIdx.x % 32 == 0) sums.state[threadIdx.x / 32] = state_dot;
@@ -309,7 +327,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 // score tile's read and its own store, where HeadChunkOutputKernel<kGradV> read k, d_o, P and
 // dh_c again. Measured on the H200 at (1,8192,96,128): 707 + 290 us (this kernel, then
 // HeadChunkOutputKernel's dv) -> 915; dv at the end instead, streaming k and dh_c again, 969.
-// The block ends with dg (ChunkGateSums): 880 + 27 (HeadGateGradKernel) -> 895 us.
+// The block ends with dg (ChunkGateSums): 880 + 27 (HeadGateGradKernel) -> 895 us. Then fewer
+// instructions per chunk (3558 -> under 3300 per warp; ncu: issue-bound, mma waiting on ldmatrix):
+// the dg sums' quad reductions by one butterfly (StoreRowSumParts), <h_c, dh_c> on tensor cores
+// (TileDotPart), the step's slices carried instead of divided, each state tile's address formed
+// once (AsyncStateTile), which also ended ptxas's 16-byte spill: 882 -> 820 us (side by side).
 // kMaxVs: the V slices the block holds at most (2, or 4 at V = 256).
 constexpr int kChunkGradMaxV = 256;
 inline size_t HeadChunkGradQKSmemBytes(int v_dim) {
@@ -334,11 +356,16 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
   bf16* kept_scores = xk + 5 * kTileElems;  // P, the forward's
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y;
-  const auto issue = [&](int s) {  // one group per step, empty past the last
+  // Step s's (K slice kk, V slice j) follows the steps in order, so the loop below carries kk and
+  // j from step to step: s / vs and s % vs, with vs known only at run time, took ~20 instructions
+  // each (an integer division) per step.
+  const auto next_slices = [&](int& kk, int& j) {
+    if (++j == vs) j = 0, ++kk;
+  };
+  const auto issue = [&](int s, int kk, int j) {  // one group per step, empty past the last
     if (s < steps) {
-      const int k0 = s / vs * kBK, v0 = s % vs * kBK;
-      AsyncStateTile(hs(s), states, p, c.global, h, k0, v0);
-      AsyncStateTile(dhs(s), d_states, p, c.global, h, k0, v0);
+      AsyncStateTile(hs(s), states, p, c.global, h, kk * kBK, j * kBK);
+      AsyncStateTile(dhs(s), d_states, p, c.global, h, kk * kBK, j * kBK);
     }
     __pipeline_commit();
   };
@@ -355,8 +382,10 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
   }
   issue_qk(0);
   AsyncBlock(kept_scores, p.intra_scores + ScoresOffset(p, c.global, h), kBT);
-  issue(0);  // the first group: d_o, v, q and k of K slice 0, P, and step 0
-  issue(1);
+  int next_kk = 0, next_j = 0;  // the slices of the step issued next
+  issue(0, next_kk, next_j);    // the first group: d_o, v, q and k of K slice 0, P, and step 0
+  next_slices(next_kk, next_j);
+  issue(1, next_kk, next_j);
   CommitGate<Gate::kHead>(G, gate);  // synchronises
   __pipeline_wait_prior(1);
   __syncthreads();
@@ -390,8 +419,7 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
   };
   bool qk_newest = false;  // the latest group is the next K slice's q and k, not a step's states
   bool qk_in_flight = false;  // ... and no warp has waited for it yet
-  for (int s = 0; s < steps; ++s) {
-    const int kk = s / vs, j = s % vs;
+  for (int s = 0, kk = 0, j = 0; s < steps; ++s, next_slices(kk, j)) {
     if (s > 0) {
       if (qk_newest) {
         __pipeline_wait_prior(1);
@@ -399,7 +427,8 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
         __pipeline_wait_prior(0);
       }
       __syncthreads();  // step s's states are in; every warp is done with step s - 1's stage
-      issue(s + 1);
+      next_slices(next_kk, next_j);
+      issue(s + 1, next_kk, next_j);
       qk_newest = false;
     }
     // dO h_c^T and V dh_c^T (B(vv, kk) = h_c[kk][vv]), and <h_c, dh_c> for dg.
