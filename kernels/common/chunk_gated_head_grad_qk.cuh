@@ -369,16 +369,17 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
     }
     __pipeline_commit();
   };
+  const ChunkRowsCopy qk_rows(p.qk_strides, c, h), v_rows(p.v_strides, c, h);
   const auto issue_qk = [&](int kk) {
-    AsyncRows(xq, p.q, p.qk_strides, c, h, kk * kBK);
-    AsyncRows(xk, p.k, p.qk_strides, c, h, kk * kBK);
+    qk_rows.Issue(xq, p.q, kk * kBK);
+    qk_rows.Issue(xk, p.k, kk * kBK);
   };
 
   GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
   FetchGate<Gate::kHead>(gate, p, c, h, 0);
   for (int j = 0; j < vs; ++j) {
-    AsyncRows(xo(j), p.d_o, p.v_strides, c, h, j * kBK);
-    AsyncRows(xv(j), p.v, p.v_strides, c, h, j * kBK);
+    v_rows.Issue(xo(j), p.d_o, j * kBK);
+    v_rows.Issue(xv(j), p.v, j * kBK);
   }
   issue_qk(0);
   AsyncBlock(kept_scores, p.intra_scores + ScoresOffset(p, c.global, h), kBT);

@@ -144,8 +144,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const Chunk c = LocateChunk(p, blockIdx.x);
   const int h = blockIdx.y;
   bf16* const kept_scores = p.intra_scores + ScoresOffset(p, c.global, h);
+  const ChunkRowsCopy qk_rows(p.qk_strides, c, h), v_rows(p.v_strides, c, h);
   const auto issue = [&](int j) {
-    AsyncRows(rhs(j), kGradV ? p.d_o : p.v, p.v_strides, c, h, j * kBK);
+    v_rows.Issue(rhs(j), kGradV ? p.d_o : p.v, j * kBK);
     for (int kk = 0; kk < ks; ++kk) {
       AsyncStateTile(st(j, kk), states, p, c.global, h, kk * kBK, j * kBK);
     }
@@ -154,8 +155,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
   FetchGate<Gate::kHead>(gate, p, c, h, 0);
   for (int kk = 0; kk < ks; ++kk) {
-    AsyncRows(xx(kk), kGradV ? p.k : p.q, p.qk_strides, c, h, kk * kBK);
-    if (!kGradV) AsyncRows(xk(kk), p.k, p.qk_strides, c, h, kk * kBK);
+    qk_rows.Issue(xx(kk), kGradV ? p.k : p.q, kk * kBK);
+    if (!kGradV) qk_rows.Issue(xk(kk), p.k, kk * kBK);
   }
   if (kGradV) AsyncBlock(scores, kept_scores, kBT);
   issue(0);

@@ -66,9 +66,14 @@ inline dim3 ChunkSliceGrid(int chunks, int heads, int slices) {
 __device__ inline int BlockChunk(int slices) { return blockIdx.x / slices; }
 __device__ inline int BlockSlice(int slices) { return blockIdx.x % slices; }
 
+// Elements from a [B,T,H,D] tensor's origin to row (batch, t) at head h.
+__device__ inline int64_t RowOffset(const TensorStrides& s, int batch, int t, int h) {
+  return batch * s.batch + int64_t{t} * s.token + int64_t{h} * s.head;
+}
+
 template <typename T>
 __device__ inline T* RowPtr(T* base, const TensorStrides& s, int batch, int t, int h) {
-  return base + batch * s.batch + int64_t{t} * s.token + int64_t{h} * s.head;
+  return base + RowOffset(s, batch, t, h);
 }
 
 // Offset of element (row, col) of head h's K x V state block `block` (a chunk or a sequence).
@@ -181,10 +186,25 @@ __device__ inline const bf16* ChunkRows(const bf16* base, const TensorStrides& s
   return RowPtr(base, s, c.batch, c.t0, h) + col0;
 }
 
+// Asynchronous copies of one chunk's 64 x 64 tiles (rows past the chunk zero-filled) from
+// [B,T,H,D] tensors that share strides (q and k; v and d_o), for kernels that copy several: the
+// thread's offsets and the chunk's first row are formed once, and a copy adds the tensor's base
+// and the tile's first column. (Formed per copy: 80 more instructions in HeadChunkOutputKernel.)
+struct ChunkRowsCopy {
+  TileCopy copy;
+  int64_t origin;  // the chunk's first row at head h, column 0
+  int rows;
+  __device__ ChunkRowsCopy(const TensorStrides& s, const Chunk& c, int h)
+      : copy(s), origin(RowOffset(s, c.batch, c.t0, h)), rows(c.rows) {}
+  __device__ __forceinline__ void Issue(bf16* dst, const bf16* base, int col0) const {
+    copy.Issue(dst, base + origin + col0, rows);
+  }
+};
+
 // Asynchronous copy of one 64 x 64 tile of a [B,T,H,D] tensor (rows past the chunk zero-filled).
 __device__ inline void AsyncRows(bf16* dst, const bf16* base, const TensorStrides& s,
                                  const Chunk& c, int h, int col0) {
-  TileCopy(s).Issue(dst, ChunkRows(base, s, c, h, col0), c.rows);
+  ChunkRowsCopy(s, c, h).Issue(dst, base, col0);
 }
 
 // The intra-chunk scores P (the caller's intra_scores), kept from the forward for the backward:
