@@ -34,6 +34,8 @@ the run is split in two, all under one TRITON_CACHE_DIR:
     python3 tests/benchmarks/kernels_vs_fla.py run --binary build/k/chunk_attention_benchmark \
         --state-dir /tmp/fla-warm --deadline $(( $(date +%s) + 300 ))
     python3 tests/benchmarks/kernels_vs_fla.py table LOG   # the table of an earlier run's lines
+    python3 tests/benchmarks/kernels_vs_fla.py profile --op chunk_delta_rule --shape 3 \
+        --state-dir /tmp/fla-warm --deadline $(( $(date +%s) + 400 ))  # fla's kernels, one by one
 
 Inputs, as in fla's benchmarks: bf16 N(0,1) q, k, v, dO; chunk_gla g = logsigmoid(x).clamp(-5)
 [B,T,H,K]; chunk_simple_gla g = logsigmoid(x) [B,T,H]; delta rule: q and k L2-normalised per
@@ -449,6 +451,48 @@ def run(args):
     return 0
 
 
+def profile(args):
+    """fla's kernels for one op and shape: each kernel's CUDA time per forward+backward call
+    (torch.profiler over --iters calls), after the real autotune, once the (op, shape group)'s
+    warm-up workers are done. For comparing stage by stage with ours (compare_variants.sh's
+    PROFILE_SHAPE, or ncu_profile.sh)."""
+    import_torch()
+    workers = Workers(args.state_dir)
+    g = next(i for i, group in enumerate(GROUPS) if args.shape in group)
+    while workers.status(args.op, g) == "running" and time.time() < args.deadline:
+        time.sleep(1)
+    status = workers.status(args.op, g)
+    workers.end()
+    if status != "done":
+        emit(kind="fla_profile", op=args.op, shape=SHAPES[args.shape], status=status)
+        return 1
+    patch_autotuner(compile_only=False)
+    fla_ops = load_fla()
+    leaves, call = make_case(fla_ops, args.op, *SHAPES[args.shape])
+    do = torch.randn_like(leaves["v"])
+    for _ in range(3):  # autotune, then warm
+        fwd_bwd(leaves, call, do)
+    torch.cuda.synchronize()
+    from torch.profiler import ProfilerActivity
+    with torch.profiler.profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(args.iters):
+            fwd_bwd(leaves, call, do)
+        torch.cuda.synchronize()
+    kernels = []
+    for e in prof.key_averages():
+        us = getattr(e, "self_device_time_total", None)
+        if us is None:
+            us = e.self_cuda_time_total
+        if us > 0:
+            kernels.append((us / args.iters, e.count / args.iters, e.key))
+    kernels.sort(reverse=True)
+    total = sum(k[0] for k in kernels)
+    print(f"fla {args.op} at {SHAPES[args.shape]}: {total:.1f} us of kernels per forward+backward")
+    for us, count, name in kernels:
+        print(f"  {us:9.1f} us  x{count:4.1f}  {name[:110]}")
+    return 0
+
+
 # ---------------------------------------------------------------------------------------------
 # The table
 
@@ -530,6 +574,12 @@ def main():
     p.add_argument("--deadline", type=float, required=True, help="seconds since the epoch")
     p.add_argument("--op-budget-s", type=float, default=90,
                    help="most seconds for timing one (op, shape group) of fla")
+    p = sub.add_parser("profile")
+    p.add_argument("--op", required=True, choices=OPS)
+    p.add_argument("--shape", type=int, required=True, help="index into SHAPES")
+    p.add_argument("--state-dir", required=True, help="the warm-all workers' folder")
+    p.add_argument("--deadline", type=float, required=True, help="seconds since the epoch")
+    p.add_argument("--iters", type=int, default=10)
     p = sub.add_parser("table")
     p.add_argument("log")
     args = parser.parse_args()
@@ -539,6 +589,8 @@ def main():
         return warm_one(args)
     if args.mode == "run":
         return run(args)
+    if args.mode == "profile":
+        return profile(args)
     table(*read_log(args.log))
     return 0
 
