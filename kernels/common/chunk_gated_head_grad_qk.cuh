@@ -97,14 +97,14 @@ __device__ inline void StoreRowSumParts(float* parts, F f) {
   float a[2];
 #pragma unroll
   for (int k = 0; k < 2; ++k) {
-    const float keep = t0 ? sum[2 * k + 1] : sum[2 * k];
-    const float send = t0 ? sum[2 * k] : sum[2 * k + 1];
-    a[k] = keep + __shfl_xor_sync(0xffffffffu, send, 1);
+    float keep, got;
+    tile::QuadTrade(t0, sum[2 * k], sum[2 * k + 1], 1, keep, got);
+    a[k] = keep + got;
   }
   // Step 2 (partner t ^ 2): keep a[t's bit 1]; the quad's total of sum[t].
-  const float keep = t1 ? a[1] : a[0];
-  const float send = t1 ? a[0] : a[1];
-  const float total = keep + __shfl_xor_sync(0xffffffffu, send, 2);
+  float keep, got;
+  tile::QuadTrade(t1, a[0], a[1], 2, keep, got);
+  const float total = keep + got;
   const int row = tile::Acc64::ElementRow(t / 2, 2 * (t % 2));
   parts[row * kColumnTiles + tile::Acc64::Col() / 16] = total;
 }

@@ -35,6 +35,15 @@ __device__ __forceinline__ float4 RoundTf32(float4 v) {
   return make_float4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
 }
 
+// One butterfly step of the quad transposes (a quad's four lanes trading values so that each
+// ends with others' pieces): of the pair (lo, hi), a lane keeps the one that `bit` (its own lane
+// bit) selects and sends the other to its partner lane ^ mask, receiving the partner's in `got`.
+template <typename T>
+__device__ __forceinline__ void QuadTrade(bool bit, T lo, T hi, int mask, T& kept, T& got) {
+  kept = bit ? hi : lo;
+  got = __shfl_xor_sync(0xffffffffu, bit ? lo : hi, mask);
+}
+
 // One warp's 16 x 16 fp32 accumulator as two m16n8 halves (the mma.sync accumulator layout, the
 // same for TF32 and bf16 inputs): lane (g, t) = (lane / 4, lane % 4) holds, for half h,
 // x[4h..4h+1] = C(g, 8h + 2t .. +1) and x[4h+2..4h+3] = C(g + 8, same columns).
@@ -112,9 +121,8 @@ struct WarpAcc16 {
     uint32_t p[4];
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
-      const uint32_t keep = t0 ? w[2 * half + 1] : w[2 * half];
-      const uint32_t send = t0 ? w[2 * half] : w[2 * half + 1];
-      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, 1);
+      uint32_t keep, got;
+      QuadTrade(t0, w[2 * half], w[2 * half + 1], 1, keep, got);
       p[2 * half] = t0 ? got : keep;  // selects, not a lane-dependent index (local memory)
       p[2 * half + 1] = t0 ? keep : got;
     }
@@ -124,9 +132,8 @@ struct WarpAcc16 {
     uint32_t q[4];
 #pragma unroll
     for (int j = 0; j < 2; ++j) {
-      const uint32_t keep = t1 ? p[2 + j] : p[j];
-      const uint32_t send = t1 ? p[j] : p[2 + j];
-      const uint32_t got = __shfl_xor_sync(0xffffffffu, send, 2);
+      uint32_t keep, got;
+      QuadTrade(t1, p[j], p[2 + j], 2, keep, got);
       q[j] = t1 ? got : keep;
       q[2 + j] = t1 ? keep : got;
     }
