@@ -225,8 +225,8 @@ __device__ inline void AsyncBlock(bf16* dst, const bf16* src, int64_t ld) {
 }
 
 // Asynchronous copy of state rows [k0, k0 + 64) x columns [v0, v0 + 64) of chunk `global`.
-// The tile's origin is formed once in 64 bits, each piece's offset from it in 32 (the 64-bit
-// offset of every piece took ~12 instructions apiece).
+// The tile's origin is formed once in 64 bits, each piece's offset from it in 32 (a 64-bit
+// offset per piece took 48 more instructions in HeadChunkGradQKKernel, and its last spill).
 __device__ inline void AsyncStateTile(bf16* dst, const bf16* states, const ChunkGatedParams& p,
                                       int global, int h, int k0, int v0) {
   const bf16* tile = states + StateOffset(p, global, h, k0, v0);
