@@ -328,10 +328,11 @@ __global__ void __launch_bounds__(kThreads, 2)
 // dh_c again. Measured on the H200 at (1,8192,96,128): 707 + 290 us (this kernel, then
 // HeadChunkOutputKernel's dv) -> 915; dv at the end instead, streaming k and dh_c again, 969.
 // The block ends with dg (ChunkGateSums): 880 + 27 (HeadGateGradKernel) -> 895 us. Then fewer
-// instructions per chunk (3558 -> under 3300 per warp; ncu: issue-bound, mma waiting on ldmatrix):
-// the dg sums' quad reductions by one butterfly (StoreRowSumParts), <h_c, dh_c> on tensor cores
-// (TileDotPart), the step's slices carried instead of divided, each state tile's address formed
-// once (AsyncStateTile), which also ended ptxas's 16-byte spill: 882 -> 820 us (side by side).
+// instructions per chunk (ncu: issue-bound, mma waiting on ldmatrix): the dg sums' quad
+// reductions by one butterfly (StoreRowSumParts), <h_c, dh_c> on tensor cores (TileDotPart) and
+// the step's slices carried instead of divided took it from 3558 to 3293 instructions per warp;
+// each state tile's address formed once (AsyncStateTile), which also ended ptxas's 16-byte spill,
+// and the mask's gate loads hoisted, removed more: 882 -> 820 us in all (side by side).
 // kMaxVs: the V slices the block holds at most (2, or 4 at V = 256).
 constexpr int kChunkGradMaxV = 256;
 inline size_t HeadChunkGradQKSmemBytes(int v_dim) {
