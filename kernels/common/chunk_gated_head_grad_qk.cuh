@@ -142,6 +142,7 @@ __device__ inline float2 TilePairAt(const bf16* t, int r, int col) {
 // diagonal where half = h and g = 2t + b. (Summed elementwise from 16-byte loads it took about
 // four times the instructions, most of them the bf16 pairs' unpacking shifts and masks.)
 __device__ inline float TileDotPart(const bf16* a, const bf16* b) {
+  static_assert(kWarps == 8, "four diagonal blocks by two column halves, a warp each");
   const int warp = threadIdx.x / 32, block = warp % 4 * 16, col0 = warp / 4 * 32;
   tile::WarpAcc16 c;
   c.Zero();
