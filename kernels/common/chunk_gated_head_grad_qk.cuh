@@ -135,24 +135,6 @@ __device__ inline float2 TilePairAt(const bf16* t, int r, int col) {
   return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
 }
 
-// This warp's part of <a, b> over two 64 x 64 bf16 tiles (for dg's <h_c, dh_c>), by tensor
-// cores: <a, b> is the trace of A B^T, the sum of the traces of its 16 x 16 diagonal blocks.
-// Warp w takes diagonal block w % 4 over columns [32 (w / 4), + 32): one 16 x 16 x 32 product,
-// of which lane (g, t) keeps its diagonal elements -- C(g + 8 half, 8 h + 2t + b) lies on the
-// diagonal where half = h and g = 2t + b. (Summed elementwise from 16-byte loads it took about
-// four times the instructions, most of them the bf16 pairs' unpacking shifts and masks.)
-__device__ inline float TileDotPart(const bf16* a, const bf16* b) {
-  static_assert(kWarps == 8, "four diagonal blocks by two column halves, a warp each");
-  const int warp = threadIdx.x / 32, block = warp % 4 * 16, col0 = warp / 4 * 32;
-  tile::WarpAcc16 c;
-  c.Zero();
-  tile::MmaBf16Warp16<true, false>(c, 32, a + block * kLdBf16 + col0, kLdBf16,
-                                   b + block * kLdBf16 + col0, kLdBf16);
-  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
-  if (g / 2 != t) return 0.0f;
-  return (g & 1) ? c.x[1] + c.x[7] : c.x[0] + c.x[6];
-}
-
 // The end of one K slice's dq and dk, their sums over V done and dP stored to shared memory
 // (before_dp() orders those stores before its products, where the caller has not yet): the rows
 // decayed, dq += dP K, dk += dP^T Q, and, with kGateGrad, the slice's dg sums' parts.
@@ -299,7 +281,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tile::MmaBf16Acc64<true, false>(score, kBK, xo(j), kLdBf16, xv(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dq, kBK, xo(j), kLdBf16, hs(j), kLdBf16);
     tile::MmaBf16Acc64<true, false>(dk, kBK, xv(j), kLdBf16, dhs(j), kLdBf16);
-    if constexpr (kGateGrad) state_dot += TileDotPart(hs(j), dhs(j));
+    if constexpr (kGateGrad) state_dot += tile::TileDotPart(hs(j), dhs(j), kLdBf16);
   });
 
   MaskAndDecayScores(score, G, p.scale);
@@ -445,7 +427,7 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
     with_dv(j, [&](tile::Acc64& acc) {  // K dh_c (B(kk, vv) = dh_c[kk][vv])
       tile::MmaBf16Acc64<true, true>(acc, kBK, xk, kLdBf16, dhs(s), kLdBf16);
     });
-    if constexpr (kGateGrad) state_dot += TileDotPart(hs(s), dhs(s));
+    if constexpr (kGateGrad) state_dot += tile::TileDotPart(hs(s), dhs(s), kLdBf16);
     if (j + 1 < vs) continue;
 
     // K slice kk's sums over V are done: its rows decayed, then dP K and dP^T Q.

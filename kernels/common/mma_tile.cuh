@@ -491,6 +491,23 @@ __device__ __forceinline__ void MmaBf16Warp16(WarpAcc16& acc, int kd, const bf16
   }
 }
 
+// This warp's part of <a, b> = sum_ij a_ij b_ij over two 64 x 64 bf16 tiles (leading dimension
+// ld), for a block of eight warps, by tensor cores: <a, b> is the trace of A B^T, the sum of the
+// traces of its 16 x 16 diagonal blocks. Warp w takes diagonal block w % 4 over columns
+// [32 (w / 4), + 32): one 16 x 16 x 32 product, of which lane (g, t) keeps its diagonal
+// elements -- C(g + 8 half, 8 h + 2t + b) lies on the diagonal where half = h and g = 2t + b.
+// The block's parts summed give <a, b>. (Summed elementwise from 16-byte loads it took about
+// four times the instructions, most of them the bf16 pairs' unpacking shifts and masks.)
+__device__ inline float TileDotPart(const bf16* a, const bf16* b, int ld) {
+  const int warp = threadIdx.x / 32, block = warp % 4 * 16, col0 = warp / 4 * 32;
+  WarpAcc16 c;
+  c.Zero();
+  MmaBf16Warp16<true, false>(c, 32, a + block * ld + col0, ld, b + block * ld + col0, ld);
+  const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+  if (g / 2 != t) return 0.0f;
+  return (g & 1) ? c.x[1] + c.x[7] : c.x[0] + c.x[6];
+}
+
 // C[m x n] = (accumulate ? C : 0) + A[m x kd] * B[kd x n] from bf16 tiles, C fp32 in shared
 // memory; m, n, kd multiples of 16. kARowMajor: A(i, l) = a[i * lda + l], else a[l * lda + i]
 // (A is the transpose of a stored tile); kBRowMajor: B(l, j) = b[l * ldb + j], else b[j * ldb + l].
