@@ -1,5 +1,5 @@
 // A block's threads over a fixed number of items, unrolled: for the copy and elementwise loops of
-// the tile kernels. Device code; header-only.
+// the tile kernels; and a warp's sum. Device code; header-only.
 #pragma once
 
 namespace flame::kernels {
@@ -12,6 +12,12 @@ __device__ __forceinline__ void ForBlockItems(F f) {
   static_assert(kCount % kThreads == 0, "every thread takes the same number of items");
 #pragma unroll
   for (int i = 0; i < kCount / kThreads; ++i) f(static_cast<int>(threadIdx.x) + i * kThreads);
+}
+
+// The sum of x over the warp's 32 lanes, in every lane.
+__device__ inline float WarpSum(float x) {
+  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
+  return x;
 }
 
 }  // namespace flame::kernels

@@ -62,58 +62,11 @@ inline size_t HeadGradQKSmemBytes(int v_dim) {
 // shared atomics, whose order varied -- at the weak-decay test case, where dg is a small
 // difference of large sums, its error moved between 1.1e-2 and 1.7e-2 from run to run), and
 // each warp's part of the block sum.
-constexpr int kColumnTiles = 4;  // the warps that share a row of an Acc64 (16 columns each)
+constexpr int kColumnTiles = tile::kAcc64ColumnTiles;
 constexpr int kChunkGateSumFloats = 2 * kBT + 3;  // ChunkGateSums: its sums, two totals
 static_assert((kBT + 2 * kBT * kColumnTiles + kWarps + kChunkGateSumFloats) * sizeof(float) <=
                   kGradHeaderBytes,
               "G, the dg sums' parts and ChunkGateSums's fit the header");
-
-// parts[r * kColumnTiles + w] = the sum over this warp's columns of f(r, col, i, e), the sum of
-// elements e and e + 1 (columns col and col + 1, e even) of part i of Acc64-shaped accumulators,
-// for every row r the lane holds. The quad's four lanes hold the same four rows: they reduce them
-// together by a transposing butterfly (three shuffles; lane t ends with the whole of the quad's
-// row t, i = t / 2, half = t % 2) and each lane stores one -- where a reduction per row took
-// eight shuffles in four dependent chains.
-template <typename F>
-__device__ inline void StoreRowSumParts(float* parts, F f) {
-  float sum[4];  // sum[2 i + half]: row ElementRow(i, 2 half)
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int row = tile::Acc64::ElementRow(i, 2 * half);
-      float x = 0.0f;
-#pragma unroll
-      for (int n8 = 0; n8 < 2; ++n8) {  // the pairs of this row: x[4 n8 + 2 half], + 1
-        const int e = 4 * n8 + 2 * half;
-        x += f(row, tile::Acc64::ElementCol(e), i, e);
-      }
-      sum[2 * i + half] = x;
-    }
-  }
-  const int t = threadIdx.x % 4;
-  const bool t0 = t & 1, t1 = t & 2;
-  // Step 1 (partner t ^ 1): keep the sums whose index has t's bit 0, add the partner's.
-  float a[2];
-#pragma unroll
-  for (int k = 0; k < 2; ++k) {
-    float keep, got;
-    tile::QuadTrade(t0, sum[2 * k], sum[2 * k + 1], 1, keep, got);
-    a[k] = keep + got;
-  }
-  // Step 2 (partner t ^ 2): keep a[t's bit 1]; the quad's total of sum[t].
-  float keep, got;
-  tile::QuadTrade(t1, a[0], a[1], 2, keep, got);
-  const float total = keep + got;
-  const int row = tile::Acc64::ElementRow(t / 2, 2 * (t % 2));
-  parts[row * kColumnTiles + tile::Acc64::Col() / 16] = total;
-}
-
-// Row r's sum from its parts, always in the same order.
-__device__ inline float RowSum(const float* parts, int r) {
-  const float* p = parts + r * kColumnTiles;
-  return ((p[0] + p[1]) + p[2]) + p[3];
-}
 
 // A block's dg sums in its shared-memory header, after G: two parts per row and column tile
 // (kdk_r and q_r.dq_r - k_r.dk_r), one per warp (<h_c, dh_c>), then ChunkGateSums's floats.
@@ -129,12 +82,6 @@ struct GradSumParts {
         chunk(state + kWarps) {}
 };
 
-// Elements (r, col) and (r, col + 1) of a bf16 tile (col even), in one 4-byte load.
-__device__ inline float2 TilePairAt(const bf16* t, int r, int col) {
-  const uint32_t w = *reinterpret_cast<const uint32_t*>(t + r * kLdBf16 + col);
-  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
-}
-
 // The end of one K slice's dq and dk, their sums over V done and dP stored to shared memory
 // (before_dp() orders those stores before its products, where the caller has not yet): the rows
 // decayed, dq += dP K, dk += dP^T Q, and, with kGateGrad, the slice's dg sums' parts.
@@ -147,8 +94,8 @@ __device__ inline void FinishSliceGrads(tile::Acc64& dq, tile::Acc64& dk, float 
   const float g_last = G[kBT - 1];
   dk.Transform([&](int r, int, float x) { return x * exp2f(g_last - G[r]); });
   if constexpr (kGateGrad) {
-    StoreRowSumParts(sums.kdk, [&](int r, int col, int i, int e) {
-      const float2 k2 = TilePairAt(xk, r, col);
+    tile::StoreRowSumParts(sums.kdk, [&](int r, int col, int i, int e) {
+      const float2 k2 = tile::TilePairAt(xk, r, col);
       return k2.x * dk.part[i].x[e] + k2.y * dk.part[i].x[e + 1];
     });
   }
@@ -161,8 +108,8 @@ __device__ inline void FinishSliceGrads(tile::Acc64& dq, tile::Acc64& dk, float 
     // Per element, then summed: at strong decays q.dq and k.dk nearly cancel (for a lone diagonal
     // score dq_t = dP_tt k_t, dk_t = dP_tt q_t), and two separate row sums would leave their
     // fp32 rounding as the whole of dg.
-    StoreRowSumParts(sums.terms, [&](int r, int col, int i, int e) {
-      const float2 q2 = TilePairAt(xq, r, col), k2 = TilePairAt(xk, r, col);
+    tile::StoreRowSumParts(sums.terms, [&](int r, int col, int i, int e) {
+      const float2 q2 = tile::TilePairAt(xq, r, col), k2 = tile::TilePairAt(xk, r, col);
       return (q2.x * dq.part[i].x[e] - k2.x * dk.part[i].x[e]) +
              (q2.y * dq.part[i].x[e + 1] - k2.y * dk.part[i].x[e + 1]);
     });
@@ -174,8 +121,8 @@ __device__ inline void FinishSliceGrads(tile::Acc64& dq, tile::Acc64& dk, float 
 // One K slice's dg sums from their parts (after a barrier) into `part`, kPartStride floats.
 __device__ inline void StoreSliceGradParts(float* part, const GradSumParts& sums, float g_last) {
   if (threadIdx.x < kBT) {
-    part[kPartKdk + threadIdx.x] = RowSum(sums.kdk, threadIdx.x);
-    part[kPartTerms + threadIdx.x] = RowSum(sums.terms, threadIdx.x);
+    part[kPartKdk + threadIdx.x] = tile::RowSum(sums.kdk, threadIdx.x);
+    part[kPartTerms + threadIdx.x] = tile::RowSum(sums.terms, threadIdx.x);
   }
   if (threadIdx.x == 0) {
     float state_sum = 0.0f;
@@ -203,8 +150,8 @@ struct ChunkGateSums {
   __device__ void Add(const GradSumParts& sums, float g_last, bool first) const {
     const int r = threadIdx.x;
     if (r >= kBT) return;
-    kdk[r] = (first ? 0.0f : kdk[r]) + RowSum(sums.kdk, r);
-    terms[r] = (first ? 0.0f : terms[r]) + RowSum(sums.terms, r);
+    kdk[r] = (first ? 0.0f : kdk[r]) + tile::RowSum(sums.kdk, r);
+    terms[r] = (first ? 0.0f : terms[r]) + tile::RowSum(sums.terms, r);
     if (r == 0) {
       float state_sum = 0.0f;
       for (int w = 0; w < kWarps; ++w) state_sum += sums.state[w];

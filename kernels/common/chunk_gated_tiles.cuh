@@ -128,11 +128,6 @@ __device__ __forceinline__ float Exp2(float x) {
   return y;
 }
 
-__device__ inline float WarpSum(float x) {
-  for (int off = 16; off > 0; off /= 2) x += __shfl_xor_sync(0xffffffffu, x, off);
-  return x;
-}
-
 // ----------------------------------------------------------------------------------------------
 // Tile loads
 

@@ -286,6 +286,74 @@ struct Acc64 {
   }
 };
 
+// x = hi + lo to 16 bits of mantissa, each a bf16 pair stored at hi_at and lo_at (4-byte
+// aligned): an fp32 operand for bf16 products at twice their work (A hi B + A lo B), which
+// ldmatrix reads in either layout where a TF32 operand takes scalar loads and a copy per layout.
+__device__ __forceinline__ void StoreSplitBf16Pair(bf16* hi_at, bf16* lo_at, float x0, float x1) {
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+  const float2 h = __bfloat1622float2(hi);
+  *reinterpret_cast<__nv_bfloat162*>(hi_at) = hi;
+  *reinterpret_cast<__nv_bfloat162*>(lo_at) = __floats2bfloat162_rn(x0 - h.x, x1 - h.y);
+}
+
+// Elements (r, col) and (r, col + 1) of a bf16 tile of leading dimension kLdBf16 (col even), in one
+// 4-byte load.
+__device__ inline float2 TilePairAt(const bf16* t, int r, int col) {
+  const uint32_t w = *reinterpret_cast<const uint32_t*>(t + r * kLdBf16 + col);
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+constexpr int kAcc64ColumnTiles = 4;  // the warps that share a row of an Acc64 (16 columns each)
+
+// parts[r * kAcc64ColumnTiles + w] = the sum over this warp's columns of f(r, col, i, e), the sum
+// of elements e and e + 1 (columns col and col + 1, e even) of part i of Acc64-shaped accumulators,
+// for every row r the lane holds. The quad's four lanes hold the same four rows: they reduce them
+// together by a transposing butterfly (three shuffles; lane t ends with the whole of the quad's
+// row t, i = t / 2, half = t % 2) and each lane stores one -- where a reduction per row took
+// eight shuffles in four dependent chains. With `add`, the sums go onto the parts already there
+// (for sums over several tiles; each part is stored and read by the same lane).
+template <typename F>
+__device__ inline void StoreRowSumParts(float* parts, F f, bool add = false) {
+  float sum[4];  // sum[2 i + half]: row ElementRow(i, 2 half)
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int row = Acc64::ElementRow(i, 2 * half);
+      float x = 0.0f;
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8) {  // the pairs of this row: x[4 n8 + 2 half], + 1
+        const int e = 4 * n8 + 2 * half;
+        x += f(row, Acc64::ElementCol(e), i, e);
+      }
+      sum[2 * i + half] = x;
+    }
+  }
+  const int t = threadIdx.x % 4;
+  const bool t0 = t & 1, t1 = t & 2;
+  // Step 1 (partner t ^ 1): keep the sums whose index has t's bit 0, add the partner's.
+  float a[2];
+#pragma unroll
+  for (int k = 0; k < 2; ++k) {
+    float keep, got;
+    QuadTrade(t0, sum[2 * k], sum[2 * k + 1], 1, keep, got);
+    a[k] = keep + got;
+  }
+  // Step 2 (partner t ^ 2): keep a[t's bit 1]; the quad's total of sum[t].
+  float keep, got;
+  QuadTrade(t1, a[0], a[1], 2, keep, got);
+  const float total = keep + got;
+  const int row = Acc64::ElementRow(t / 2, 2 * (t % 2));
+  float& part = parts[row * kAcc64ColumnTiles + Acc64::Col() / 16];
+  part = add ? part + total : total;
+}
+
+// Row r's sum from its parts, always in the same order.
+__device__ inline float RowSum(const float* parts, int r) {
+  const float* p = parts + r * kAcc64ColumnTiles;
+  return ((p[0] + p[1]) + p[2]) + p[3];
+}
+
 // acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are
 // fp32 scratch, where bf16 would cost accuracy. Layout flags as Mma (fp32 leading dimensions a
 // multiple of 4, tiles 16-byte aligned; kd a multiple of 8).

@@ -3,8 +3,7 @@
 // chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
 // (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
-// chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh, chunk_delta_row_grads.cuh). Included
-// only by
+// chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh). Included only by
 // kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
@@ -19,7 +18,6 @@
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
-#include "kernels/delta_rule/chunk_delta_row_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms.cuh"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
@@ -184,10 +182,6 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
     return err;
   }
   if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
-      cudaSuccess) {
-    return err;
-  }
-  if ((err = RunTiles(tiles::RowGradsKernel, chunks, tiles::RowGradsSmem(), b, stream)) !=
       cudaSuccess) {
     return err;
   }

@@ -13,7 +13,7 @@ namespace flame::kernels::delta_chunk::tiles {
 
 // Per chunk: QK = Q K^T and KK = K K^T over K, in registers: bf16 products of the bf16 rows
 // (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
-// goes to the scratch from the registers (and, for the backward's RowGrads, KD =
+// goes to the scratch from the registers (and, for the backward's WYBackward, KD =
 // strict_tril(KK * D): by the forward where the caller keeps it, else by the backward's
 // recompute); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored as KD is, for
 // WYBackward); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V

@@ -1,21 +1,30 @@
-// The backward's row terms of the chunked delta rule, per (chunk, head), with S and dS' the
-// chunk's entering state and leaving-state gradient (formulas in chunk_delta_steps.h):
-//   dW = -dUt S^T,  dKd = Ut dS'^T,  SdO = dO S^T  (64 x K),  dM = scale tril(dO Ut^T),
-//   and <S, dS'> (RowGrads' last row).
-// One block per (chunk, 64-wide K slice, head), the slices of a chunk adjacent in blockIdx.x: a
-// block loops over V for its slice only, and the chunk's dUt, Ut and dO tiles, which every slice
-// reads, come from L2 for all but the first of the neighbouring blocks (one block looping over
-// all K slices re-read them per slice; at (8, 4096, 8, 256) the split took the kernel from 3.53
-// to 3.01 ms per call on the H200). The first slice's block also computes dM; each block leaves
-// its part of <S, dS'>.
+// The backward's row terms of the chunked delta rule, per (chunk, 64-wide K slice, head), with S
+// and dS' the chunk's entering state and leaving-state gradient (formulas in chunk_delta_steps.h),
+// dMD = scale tril(dO Ut^T) * D and P = scale tril(dO Ut^T) * M:
+//   dW   = -dUt S^T                                         (bf16: WYBackward's operand)
+//   dq   = scale diag(gamma) dO S^T + dMD K                 (complete: the WY form has no q)
+//   dk_r = diag(exp(G_L - G)) Ut dS'^T + dMD^T Q            (dk's row terms; WYBackward adds
+//                                                             the WY terms)
+//   and the slice's part of each row's dG:
+//     scale gamma_i q_i.(S dO)_i - exp(G_L - G_i) k_i.dKd_i + [first slice] rowsum_i(P) -
+//     colsum_i(P) + [last row] gamma_L <S, dS'> + sum_m exp(G_L - G_m) k_m.dKd_m
+// dq is written as bf16 (as fp32 to the scratch with the l2norm, FinishRowsKernel's input), dk_r
+// as fp32; WYBackward sums the dG parts of the slices.
 //
-// Each V step copies its five bf16 tiles with cp.async, all in flight at once: the chunk states
-// S and dS' (the state passes' copies), dO, Ut and dUt, and every product is a bf16 product. dW
-// and dKd are formed transposed (S dUt^T, dS' Ut^T) as the earlier bf16 x TF32 products needed
-// and kept so: the A side is the state slice either way. (Loaded through registers, one tile after
-// another, the step waited on five round trips to memory.) The products accumulate in registers
-// over V, so shared memory holds only the step's tiles, and after the loop the four results' fp32
-// staging.
+// One block per (chunk, K slice, head), the slices of a chunk adjacent in blockIdx.x: a block
+// loops over V for its slice only, and the chunk's dUt, Ut and dO tiles, which every slice reads,
+// come from L2 for all but the first of the neighbouring blocks (one block looping over all K
+// slices re-read them per slice; at (8, 4096, 8, 256) the split took the kernel from 3.53 to
+// 3.01 ms per call on the H200). Every slice forms dO Ut^T (one product in five), which dq and
+// dk need whole: recomputing it beats a round trip through memory and a kernel of its own (the
+// row gradients, when a second kernel took dM, S dO, dKd and dX from fp32 scratch, cost 1240 us
+// per call at (1,8192,96,128) beside this kernel's 915; it now takes 1192 with their work).
+//
+// Each V step copies its five bf16 tiles with cp.async, all in flight at once (S and dS' as the
+// state passes copied them, dO, Ut and dUt), and every product is a bf16 product accumulated in
+// registers over V; dW and S dO share the S fragments. After the loop dMD becomes two bf16 tiles
+// (hi + lo, StoreSplitBf16Pair), and dq and dk_r take their bf16 products with the slice's k and
+// q tiles onto the accumulators they started in.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -28,27 +37,55 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// The V step's five bf16 tiles (s, ds, d_o, ut, dut; leading dimension kLdBf16), carved from the
-// space of the four fp32 64 x 64 tiles (kLd) that stage the results after the loop; then the
-// warps' parts of <S, dS'>.
-static_assert(5 * kBf16Tile * 2 <= 4 * kTile * 4, "the step's tiles fit in the results' staging");
-inline size_t RowTermsSmem() { return 4 * kTile * sizeof(float) + kWarps * sizeof(float); }
+// Shared memory: the V step's five bf16 tiles (leading dimension kLdBf16), whose space dMD's two
+// bf16 tiles take after the loop; the slice's q and k tiles; M (kLd), made P in place by the
+// first slice; G and the rows' factors gamma and exp(G_L - G); the row parts of dG (four warps per
+// row); P's row sums; the warps' parts of <S, dS'> and of the decayed key sum.
+struct RowTermsLayout {
+  static constexpr int kStep = 5 * kBf16Tile * 2;  // bytes
+  static constexpr int kQK = kStep;
+  static constexpr int kM = kQK + 2 * kBf16Tile * 2;
+  static constexpr int kG = kM + kTile * 4;
+  static constexpr int kRowParts = kG + 3 * kBT * 4;
+  static constexpr int kPSums = kRowParts + tile::kAcc64ColumnTiles * kBT * 4;
+  static constexpr int kWarpSums = kPSums + kBT * 4;
+  static constexpr int kBytes = kWarpSums + 2 * kWarps * 4;
+  static_assert(2 * kBf16Tile * 2 <= kStep, "dMD's two tiles fit in the step's");
+};
+inline size_t RowTermsSmem() { return RowTermsLayout::kBytes; }
 
 __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
+  using L = RowTermsLayout;
   extern __shared__ float4 smem4[];
   char* at = reinterpret_cast<char*>(smem4);
   bf16* s = reinterpret_cast<bf16*>(at);
   bf16* ds = s + kBf16Tile;
-  bf16* d_o = ds + kBf16Tile;
-  bf16* ut = d_o + kBf16Tile;
-  bf16* dut = ut + kBf16Tile;
-  float* staged = reinterpret_cast<float*>(smem4);  // after the loop: dW, dKd, SdO, dM rows
-  float* warp_dots = staged + 4 * kTile;
+  bf16* d_o = ds + kBf16Tile;  // d_o and dut adjacent: the left operands of one shared product
+  bf16* dut = d_o + kBf16Tile;
+  bf16* ut = dut + kBf16Tile;
+  bf16* dmd_hi = reinterpret_cast<bf16*>(at);  // after the loop: dMD = dmd_hi + dmd_lo
+  bf16* dmd_lo = dmd_hi + kBf16Tile;
+  bf16* q = reinterpret_cast<bf16*>(at + L::kQK);
+  bf16* k = q + kBf16Tile;
+  float* P = reinterpret_cast<float*>(at + L::kM);  // M, then P (first slice only)
+  float* G = reinterpret_cast<float*>(at + L::kG);
+  float* gamma = G + kBT;
+  float* decay = gamma + kBT;  // exp(G_L - G)
+  float* row_parts = reinterpret_cast<float*>(at + L::kRowParts);
+  float* p_sums = reinterpret_cast<float*>(at + L::kPSums);
+  float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // [2][kWarps]
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
   const int chunk = blockIdx.x / nk, slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.y;
   const bool first_slice = slice == 0;
   const Chunk c = LocateChunk(p, chunk);
+  const int64_t qk_stride = int64_t{p.heads} * K;
+  // The operands of the epilogue travel with the first step's tiles.
+  const TokTilePieces qk_pieces(qk_stride);
+  qk_pieces.Issue(q, b.s.qn + Tok(p, c.row, h, K) + k0, c.rows, 1);
+  qk_pieces.Issue(k, b.s.kn + Tok(p, c.row, h, K) + k0, c.rows, 1);
+  IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
+  if (first_slice) IssueMat<kLd>(P, b.s.M + Mat(p, chunk, h));
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
@@ -58,8 +95,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // ut_pieces: the rows of Ut and of dUt.
   const TokTilePieces d_o_pieces(p.v_strides.token), state_pieces(V), ut_pieces(tok_stride);
   float state_dot = 0.0f;
-  Acc dw_t, dkd_t, sdo, dm;  // -dW^T, dKd^T (K slice x chunk rows), SdO, dM / scale
-  dw_t.Zero(), dkd_t.Zero(), sdo.Zero(), dm.Zero();
+  Acc sdo_dw[2], dkd, dm;  // S dO and -dW, dKd, dM / scale
+  sdo_dw[0].Zero(), sdo_dw[1].Zero(), dkd.Zero(), dm.Zero();
   for (int v0 = 0; v0 < V; v0 += kBT) {
     // The tiles' earlier readers are behind the barrier that ended the previous step.
     state_pieces.Issue(s, S + v0, kBT, 1);
@@ -70,42 +107,92 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     __pipeline_commit();
     __pipeline_wait_prior(0);
     __syncthreads();
-    tile::MmaBf16Acc64<true, false>(dw_t, kBT, s, kLdBf16, dut, kLdBf16);
-    tile::MmaBf16Acc64<true, false>(dkd_t, kBT, ds, kLdBf16, ut, kLdBf16);
-    tile::MmaBf16Acc64<true, false>(sdo, kBT, d_o, kLdBf16, s, kLdBf16);
-    if (first_slice) tile::MmaBf16Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdBf16);
-    ForBlockItems<kThreads, kBT * kBT / 2>([&](int idx) {
-      const int at2 = idx / (kBT / 2) * kLdBf16 + idx % (kBT / 2) * 2;
-      const float2 x = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(s + at2));
-      const float2 y = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(ds + at2));
-      state_dot += x.x * y.x + x.y * y.y;
-    });
+    if (v0 == 0 && threadIdx.x < kBT) {  // for after the loop, whose barriers publish them
+      gamma[threadIdx.x] = expf(G[threadIdx.x]);
+      decay[threadIdx.x] = expf(G[c.rows - 1] - G[threadIdx.x]);
+    }
+    tile::MmaBf16Acc64<true, false, 2>(sdo_dw, kBT, d_o, kLdBf16, kBf16Tile, s, kLdBf16,
+                                       [](uint32_t(&)[4], int) {});
+    tile::MmaBf16Acc64<true, false>(dkd, kBT, ut, kLdBf16, ds, kLdBf16);
+    tile::MmaBf16Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdBf16);
+    state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'> over this step's tiles
     __syncthreads();
   }
-  // Staged as rows: StoreTok writes only the chunk's rows (dW in bf16, WYBackward's operand).
-  dw_t.Scale(-1.0f);
-  dw_t.StoreTransposed(staged, kLd);
-  dkd_t.StoreTransposed(staged + kTile, kLd);
-  sdo.Store(staged + 2 * kTile, kLd);
-  if (first_slice) dm.Store(staged + 3 * kTile, kLd);
-  for (int off = 16; off > 0; off /= 2) state_dot += __shfl_xor_sync(0xffffffffu, state_dot, off);
-  if (threadIdx.x % 32 == 0) warp_dots[threadIdx.x / 32] = state_dot;
-  __syncthreads();
-  StoreTok(b.s.dW, staged, p, c, h, K, k0);
-  StoreTok(b.s.dKd, staged + kTile, p, c, h, K, k0);
-  StoreTok(b.s.SdO, staged + 2 * kTile, p, c, h, K, k0);
-  if (first_slice) {
-    const float* dm_rows = staged + 3 * kTile;
-    float* dM = b.s.dM + Mat(p, chunk, h);
-    ForBlockItems<kThreads, kBT * kBT>([&](int e) {
-      const int i = e / kBT, j = e % kBT;
-      dM[e] = i < c.rows && j <= i ? p.scale * dm_rows[i * kLd + j] : 0.0f;
-    });
+  Acc& sdo = sdo_dw[0];
+  sdo_dw[1].Scale(-1.0f);
+  StoreAccRows(sdo_dw[1], TokPtr(b.s.dW, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  // dMD as the sum of two bf16 tiles over the step's (hi, and the rest of its fp32 value: 16
+  // bits of mantissa, beyond TF32's 11), for bf16 products read by ldmatrix either way round; P
+  // over M.
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; e += 2) {
+      const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
+      float m[2];
+#pragma unroll
+      for (int u = 0; u < 2; ++u) {
+        const float v = dm.part[i].x[e + u];
+        const int j = col + u;
+        m[u] = r < c.rows && j <= r ? p.scale * v * __expf(G[r] - G[j]) : 0.0f;
+        if (first_slice) P[r * kLd + j] = r < c.rows && j < r ? p.scale * v * P[r * kLd + j] : 0.0f;
+      }
+      tile::StoreSplitBf16Pair(dmd_hi + r * kLdBf16 + col, dmd_lo + r * kLdBf16 + col, m[0], m[1]);
+    }
   }
-  if (threadIdx.x == 0) {
-    float total = 0.0f;
-    for (int w = 0; w < kWarps; ++w) total += warp_dots[w];
-    b.s.state_dots[(int64_t{chunk} * p.heads + h) * kMaxKSlices + slice] = total;
+  // The rows' dG parts from S dO and dKd before they become dq and dk_r, scale gamma_i q_i.SdO_i
+  // - exp(G_L - G_i) k_i.dKd_i, and the lane's part of the decayed keys' sum (the last row's).
+  // The last row's own key term is in both with opposite signs (its decay is exp(0) = 1) and is
+  // left out of both: summed in different orders, the two would leave a rounding residue of
+  // k_L.dKd_L's size in a dG that strong decay makes near zero (da then failed its bar at
+  // gate normaliser 100).
+  float keys = 0.0f;
+  tile::StoreRowSumParts(row_parts, [&](int r, int col, int i, int e) {
+    const float2 qv = tile::TilePairAt(q, r, col), kv = tile::TilePairAt(k, r, col);
+    const float key =
+        r == c.rows - 1 ? 0.0f : decay[r] * (kv.x * dkd.part[i].x[e] + kv.y * dkd.part[i].x[e + 1]);
+    keys += key;
+    return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key;
+  });
+  state_dot = WarpSum(state_dot);
+  keys = WarpSum(keys);
+  if (threadIdx.x % 32 == 0) {
+    warp_sums[threadIdx.x / 32] = state_dot;
+    warp_sums[kWarps + threadIdx.x / 32] = keys;
+  }
+  __syncthreads();  // dMD, P and the parts are in
+  if (first_slice) {
+    // rowsum_i(P) - colsum_i(P), four threads per row.
+    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
+    float sums = 0.0f;
+    for (int j = part; j < kBT; j += 4) sums += P[i * kLd + j] - P[j * kLd + i];
+    sums += __shfl_xor_sync(0xffffffffu, sums, 1);
+    sums += __shfl_xor_sync(0xffffffffu, sums, 2);
+    if (part == 0) p_sums[i] = sums;
+  }
+  sdo.Transform([&](int r, int, float v) { return p.scale * gamma[r] * v; });
+  tile::MmaBf16Acc64<true, true>(sdo, kBT, dmd_hi, kLdBf16, k, kLdBf16);
+  tile::MmaBf16Acc64<true, true>(sdo, kBT, dmd_lo, kLdBf16, k, kLdBf16);
+  if (p.qk_l2norm) {
+    StoreAccRows(sdo, TokPtr(b.s.dq_normed, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  } else {
+    StoreAccRows(sdo, p.dq + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
+  }
+  dkd.Transform([&](int r, int, float v) { return decay[r] * v; });
+  tile::MmaBf16Acc64<false, true>(dkd, kBT, dmd_hi, kLdBf16, q, kLdBf16);
+  tile::MmaBf16Acc64<false, true>(dkd, kBT, dmd_lo, kLdBf16, q, kLdBf16);
+  StoreAccRows(dkd, TokPtr(b.s.dk_rows, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  __syncthreads();  // P's sums are in
+  if (threadIdx.x < kBT) {
+    const int r = threadIdx.x;
+    float dG = tile::RowSum(row_parts, r);
+    if (first_slice) dG += p_sums[r];
+    if (r == c.rows - 1) {
+      float state = 0.0f, key_sum = 0.0f;
+      for (int w = 0; w < kWarps; ++w) state += warp_sums[w], key_sum += warp_sums[kWarps + w];
+      dG += gamma[r] * state + key_sum;
+    }
+    b.s.dG_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? dG : 0.0f;
   }
 }
 

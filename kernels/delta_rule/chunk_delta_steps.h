@@ -70,16 +70,12 @@ struct Scratch {
   float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt
   __nv_bfloat16* dUt;  // [R,H,V]
   __nv_bfloat16* dW;   // [R,H,K]
-  float* dKd;          // [R,H,K]  gradient of the decayed keys, then (l2norm) the normalised k's
-  float* SdO;          // [R,H,K]  S dO, then (RowGrads, l2norm) the gradient of the normalised q
-  float* dM;           // chunk matrix
-  float* dA;           // chunk matrix: -T^T dT T^T, strictly lower
+  float* dk_rows;      // [R,H,K]  dk's row terms (RowTerms), then (WYBackward, l2norm) the
+                       //          gradient of the normalised k
+  float* dq_normed;    // [R,H,K]  l2norm only: the gradient of the normalised q
   float* KD;           // chunk matrix: strict_tril(K K^T * D), from ChunkPrepare (as T)
-  float* dX;           // [R,H,K]  gradient of diag(beta gamma) K
   float* dG;           // [R,H]
-  float* vdy;          // [R,H]    v . dY, dY the gradient of diag(beta) V: dbeta's part from U
-  float* state_dots;   // [chunks,H,kMaxKSlices]: <S, dS'> of each chunk (the decay of the carried
-                       // state), in parts per 64-wide K slice
+  float* dG_parts;     // [chunks,H,kMaxKSlices,64]: RowTerms' parts of dG, per 64-wide K slice
   float* gate_sums;    // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
 };
 
@@ -136,6 +132,9 @@ FLAME_HD inline int64_t Mat(const ChunkDeltaParams& p, int chunk, int h) {
 }
 FLAME_HD inline int64_t State(const ChunkDeltaParams& p, int block, int h) {
   return (int64_t{block} * p.heads + h) * p.k_dim * p.v_dim;
+}
+FLAME_HD inline int64_t DGPart(const ChunkDeltaParams& p, int chunk, int h, int slice) {
+  return ((int64_t{chunk} * p.heads + h) * kMaxKSlices + slice) * kBT;
 }
 
 FLAME_HD inline float Sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
@@ -214,10 +213,11 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   if (backward) {
     if (!kept) take(&x.T, mat), take(&x.KD, mat);
     take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
-    take(&x.dW, R * K), take(&x.dKd, R * K), take(&x.SdO, R * K);
-    take(&x.dM, mat), take(&x.dA, mat);
-    take(&x.dX, R * K), take(&x.dG, R), take(&x.vdy, R);
-    take(&x.state_dots, C * kMaxKSlices), take(&x.gate_sums, C * 2);
+    take(&x.dW, R * K), take(&x.dk_rows, R * K);
+    x.dq_normed = nullptr;
+    if (p.qk_l2norm) take(&x.dq_normed, R * K);
+    take(&x.dG, R), take(&x.dG_parts, C * kMaxKSlices * kBT);
+    take(&x.gate_sums, C * 2);
   }
   return used;
 }

@@ -23,12 +23,10 @@
 //   LocalValueGradsKernel (chunks, H, V/64)    scale M^T dO, the chunk-local part of dUt
 //                                              (chunk_delta_local_value_grads.cuh)
 //   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
-//   RowTermsKernel        (chunks * K/64, H)   dW, dKd, SdO, dM (chunk_delta_row_terms.cuh)
-//   WYBackwardKernel      (chunks, H)          dX, dA (through T), dv, v . dY
-//                                              (chunk_delta_wy_backward.cuh)
-//   RowGradsKernel        (chunks, H)          gradients of the normalised q and k (dq, dk
-//                                              without the l2norm), dG, dbeta
-//                                              (chunk_delta_row_grads.cuh)
+//   RowTermsKernel        (chunks * K/64, H)   dW, dq (of the normalised q with the l2norm), dk's
+//                                              row terms, parts of dG (chunk_delta_row_terms.cuh)
+//   WYBackwardKernel      (chunks, H)          through T: dv, dk (of the normalised k with the
+//                                              l2norm), dG, dbeta (chunk_delta_wy_backward.cuh)
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
@@ -342,7 +340,7 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
     for (int which = 0; which < 2; ++which) {
       const __nv_bfloat16* raw = (which == 0 ? p.q : p.k) + xi;
       const __nv_bfloat16* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
-      const float* dy = (which == 0 ? b.s.SdO : b.s.dKd) + ri * K;
+      const float* dy = (which == 0 ? b.s.dq_normed : b.s.dk_rows) + ri * K;
       __nv_bfloat16* dx = (which == 0 ? p.dq : p.dk) + xi;
       float4 yv[kPieces], dyv[kPieces];
       float ss = 0.0f, ydy = 0.0f;

@@ -14,31 +14,43 @@ namespace flame::kernels::delta_chunk::tiles {
 
 // Per (chunk, head), through W = T X and U = T Y (X = diag(beta gamma) K, Y = diag(beta) V):
 //   dT = tril(dW X^T + dUt Y^T);  dX = T^T dW;  dY = T^T dUt;  dA = strict_tril(-T^T dT T^T),
-// and from dY the value and beta gradients' parts: dv = diag(beta) dY (bf16, to the output) and
-// per row v . dY (RowGrads adds it to dbeta). Each 64-wide slice of (dW, K), then of (dUt, V),
-// arrives by cp.async, all bf16 (dW and dUt as RowTerms and the backward state pass store them;
-// the rows of k and v, exact); T^T times the slice is an fp32 x bf16 product, T read transposed,
-// and leaves from the registers: dX to the scratch, dY as dv (its v . dY against the v tile as
-// copied). dT's transpose accumulates in registers as bf16 products,
+// and from them the rest of the gradients of k, beta and G, with dAb = diag(beta) dA * D
+// (strictly lower) and t = dA * KD (KD = strict_tril(K K^T * D), ChunkPrepare's):
+//   dv    = diag(beta) dY                                          (bf16, to the output)
+//   dk    = dk_r + diag(beta gamma) dX + (dAb + dAb^T) K           (dk_r: RowTerms')
+//   dG_i  = RowTerms' parts + beta_i gamma_i k_i.dX_i + beta_i rowsum_i(t) - (t^T beta)_i
+//   dbeta_i = gamma_i k_i.dX_i + rowsum_i(t) + v_i.dY_i           (through the sigmoid when beta
+//                                                                    comes as logits)
+// dk is written as bf16 (with the l2norm: in fp32 over dk_r, FinishRowsKernel's input).
+//
+// Three passes over 64-wide slices, each arriving by cp.async in bf16 (dW and dUt as RowTerms and
+// the backward state pass store them; the rows of k and v, exact): (dW, K) then (dUt, V) build
+// dT's transpose in registers as bf16 products,
 //   dT^T = diag(beta) (diag(gamma) K dW^T + V dUt^T)
-// (the gamma scaling applied between the K and the V slices), and is stored transposed once.
-// Why: the earlier form widened the k and v rows into fp32 tiles through registers (a wait on
-// memory per slice) and staged every output through a third tile: 1107 us per call at
-// (1,8192,96,128); with dW and dUt in fp32 (TF32 products) it took 802 us. dY went through an
-// fp32 scratch tensor to a kernel of its own (267 us at that shape).
+// (the gamma scaling applied between the K and the V slices), the V slices also giving dY = T^T
+// dUt, an fp32 x bf16 product (T read transposed) that leaves from the registers as dv, with v.dY
+// against the v tile as copied. Once dA is whole, (dW, K, dk_r) again: dX = T^T dW formed a second
+// time (a 64 x 64 x 64 product; stored and read back in fp32 it cost more in memory traffic), and
+// dk finished on its accumulator. (With dX and dA in fp32 scratch for a kernel of their own, that
+// kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now 1022.)
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   // T and dT at leading dimension kLd (T read transposed by the slices' paired loads and as
   // ldmatrix rows in dT T^T; dT written transposed and read by ldmatrix: conflict-free at 4 mod
-  // 32), Z at kLdT (the row-major B of T^T Z).
+  // 32), Z at kLdT (the row-major B of T^T Z). Once dA is formed, t = dA * KD takes dT's place
+  // and then each slice's dk_r; dAb + dAb^T takes Z's (a row-major TF32 A operand: kLdT).
   float* T = reinterpret_cast<float*>(smem4);
-  float* x = T + kTile;  // dT
-  float* y = x + kTile;  // Z
+  float* x = T + kTile;  // dT; t; dk_r
+  float* y = x + kTile;  // Z; dAb + dAb^T
   float* G = y + kBT * kLdT;
   float* beta = G + kBT;
-  float* vdy_parts = beta + kBT;  // per row, the four warps' parts of v . dY
-  bf16* grad = reinterpret_cast<bf16*>(vdy_parts + 4 * kBT);  // the slice of dW or dUt
-  bf16* rows = grad + kBf16Tile;                              // the slice's k or v rows
+  float* gamma = beta + kBT;
+  float* vdy_parts = gamma + kBT;  // per row, the four warps' parts of v . dY
+  float* kdx_parts = vdy_parts + tile::kAcc64ColumnTiles * kBT;  // and of k . dX
+  float* t_sums = kdx_parts + tile::kAcc64ColumnTiles * kBT;     // rowsum_i(t)
+  float* t_col_sums = t_sums + kBT;                              // (t^T beta)_i
+  bf16* grad = reinterpret_cast<bf16*>(t_col_sums + kBT);        // the slice of dW or dUt
+  bf16* rows = grad + kBf16Tile;                                 // the slice's k or v rows
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y;
   const Chunk c = LocateChunk(p, chunk);
@@ -46,94 +58,155 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
                   c.rows);
   IssueMat<kLd>(T, b.s.T + Mat(p, chunk, h));
   __pipeline_commit();
-  const TokTilePieces k_pieces(int64_t{p.heads} * p.k_dim);  // of k and dW
+  const int64_t k_stride = int64_t{p.heads} * p.k_dim;
+  const TokTilePieces k_pieces(k_stride);  // of k and dW
   const TokTilePieces v_pieces(p.v_strides.token);
   const TokTilePieces dut_pieces(int64_t{p.heads} * p.v_dim);
   const bf16* k_chunk = b.s.kn + Tok(p, c.row, h, p.k_dim);
   const bf16* dw_chunk = b.s.dW + Tok(p, c.row, h, p.k_dim);
+  float* dk_rows = b.s.dk_rows + Tok(p, c.row, h, p.k_dim);
   const bf16* v_chunk = p.v + In(p.v_strides, c.batch, c.t0, h);
   const bf16* dut_chunk = b.s.dUt + Tok(p, c.row, h, p.v_dim);
   Acc dTt;  // dT^T
   dTt.Zero();
-  // One slice, its tiles issued: dT^T += rows dZ^T; returns T^T dZ. The caller stores it and
-  // then frees the tiles with a barrier.
-  const auto slice = [&]() {
-    __pipeline_wait_prior(0);
-    __syncthreads();  // the slice (and T, G, beta) are in
-    tile::MmaBf16Acc64<true, false>(dTt, kBT, rows, kLdBf16, grad, kLdBf16);
-    Acc out;
-    out.Zero();
-    tile::MmaTf32Bf16Acc64<false>(out, kBT, T, kLd, grad, kLdBf16);
-    return out;
-  };
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     k_pieces.Issue(grad, dw_chunk + k0, c.rows, 1);
     k_pieces.Issue(rows, k_chunk + k0, c.rows, 1);
     __pipeline_commit();
-    const Acc dx = slice();
-    StoreAccRows(dx, b.s.dX + Tok(p, c.row, h, p.k_dim) + k0, int64_t{p.heads} * p.k_dim, c.rows);
-    __syncthreads();  // grad and rows are free for the next slice
+    __pipeline_wait_prior(0);
+    __syncthreads();  // the slice (and T, G, beta) are in
+    if (k0 == 0 && threadIdx.x < kBT) gamma[threadIdx.x] = expf(G[threadIdx.x]);
+    tile::MmaBf16Acc64<true, false>(dTt, kBT, rows, kLdBf16, grad, kLdBf16);
+    __syncthreads();  // grad and rows are free for the next slice (gamma is in)
   }
-  dTt.Transform([&](int r, int, float v) { return v * expf(G[r]); });
-  float vdy[2][2] = {};  // the lane's parts of v . dY: [accumulator part][row half]
+  dTt.Transform([&](int r, int, float v) { return v * gamma[r]; });
   for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
     dut_pieces.Issue(grad, dut_chunk + v0, c.rows, 1);
     v_pieces.Issue(rows, v_chunk + v0, c.rows, 1);
     __pipeline_commit();
-    Acc dy = slice();
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) {
-        const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-        vdy[i][e / 2 % 2] += dy.part[i].x[e] * __bfloat162float(rows[r * kLdBf16 + col]);
-      }
-    }
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    tile::MmaBf16Acc64<true, false>(dTt, kBT, rows, kLdBf16, grad, kLdBf16);
+    Acc dy;
+    dy.Zero();
+    tile::MmaTf32Bf16Acc64<false>(dy, kBT, T, kLd, grad, kLdBf16);
+    // v . dY over the slice, onto the earlier slices' parts.
+    tile::StoreRowSumParts(
+        vdy_parts,
+        [&](int r, int col, int i, int e) {
+          const float2 v = tile::TilePairAt(rows, r, col);
+          return dy.part[i].x[e] * v.x + dy.part[i].x[e + 1] * v.y;
+        },
+        v0 > 0);
     dy.Transform([&](int r, int, float v) { return beta[r] * v; });
     StoreAccRows(dy, p.dv + In(p.v_strides, c.batch, c.t0, h) + v0, p.v_strides.token, c.rows);
     __syncthreads();  // grad and rows are free for the next slice
   }
-  // v . dY: the four lanes of a row by shuffles, then the four warps of a row in shared memory.
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      float v = vdy[i][half];
-      v += __shfl_xor_sync(0xffffffffu, v, 1);
-      v += __shfl_xor_sync(0xffffffffu, v, 2);
-      if (threadIdx.x % 4 == 0) {
-        vdy_parts[Acc::ElementRow(i, 2 * half) * 4 + threadIdx.x / 32 % 4] = v;
-      }
-    }
-  }
+  // The last pass's first slice, while dA forms.
+  k_pieces.Issue(grad, dw_chunk, c.rows, 1);
+  k_pieces.Issue(rows, k_chunk, c.rows, 1);
+  __pipeline_commit();
   // dT = tril(dT^T's transpose) into x (TF32: an operand), element (j, i) of dT^T to x[i][j].
   dTt.Transform([&](int r, int col, float v) {
     x[col * kLd + r] = col < c.rows && r <= col ? tile::RoundTf32(beta[r] * v) : 0.0f;
     return v;
   });
   __syncthreads();
-  if (threadIdx.x < c.rows) {
-    const float* parts = vdy_parts + threadIdx.x * 4;
-    b.s.vdy[Tok(p, c.row + threadIdx.x, h, 1)] = parts[0] + parts[1] + parts[2] + parts[3];
-  }
   Acc z;  // Z = dT T^T
   z.Zero();
   tile::MmaTf32Acc64<true, false>(z, kBT, x, kLd, T, kLd);
   z.RoundToTf32();
   z.Store(y, kLdT);
-  __syncthreads();
-  Acc tz;  // T^T Z
-  tz.Zero();
-  tile::MmaTf32Acc64<false, true>(tz, kBT, T, kLd, y, kLdT);
-  float* dA = b.s.dA + Mat(p, chunk, h);
-  tz.Transform([&](int r, int col, float v) {
-    dA[r * kBT + col] = r < c.rows && col < r ? -v : 0.0f;
+  __syncthreads();  // Z is in; dT is free
+  IssueMat<kLd>(x, b.s.KD + Mat(p, chunk, h));
+  __pipeline_commit();
+  Acc dA;  // -T^T Z, strict_tril taken below
+  dA.Zero();
+  tile::MmaTf32Acc64<false, true>(dA, kBT, T, kLd, y, kLdT);
+  __pipeline_wait_prior(0);
+  __syncthreads();  // KD (and the first slice) are in; Z is free
+  // t = dA * KD over KD; dAb + dAb^T over Z: the thread of a lower element writes it and its
+  // mirror (and the diagonal's zero), so that every element is written once.
+  dA.Transform([&](int r, int col, float v) {
+    const bool lower = r < c.rows && col < r;
+    const float da = lower ? -v : 0.0f;
+    x[r * kLd + col] = lower ? da * x[r * kLd + col] : 0.0f;
+    if (col < r) {
+      const float ab = tile::RoundTf32(beta[r] * da * __expf(G[r] - G[col]));
+      y[r * kLdT + col] = ab;
+      y[col * kLdT + r] = ab;
+    } else if (col == r) {
+      y[r * kLdT + r] = 0.0f;
+    }
     return v;
   });
+  __syncthreads();  // t and dAb + dAb^T are in
+  {
+    // rowsum_i(t) and (t^T beta)_i, four threads per row.
+    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
+    float row = 0.0f, col = 0.0f;
+    for (int j = part; j < kBT; j += 4) row += x[i * kLd + j], col += beta[j] * x[j * kLd + i];
+    for (int off = 1; off < 4; off *= 2) {
+      row += __shfl_xor_sync(0xffffffffu, row, off);
+      col += __shfl_xor_sync(0xffffffffu, col, off);
+    }
+    if (part == 0) t_sums[i] = row, t_col_sums[i] = col;
+  }
+  __syncthreads();  // t is free
+  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
+    if (k0 > 0) {
+      k_pieces.Issue(grad, dw_chunk + k0, c.rows, 1);
+      k_pieces.Issue(rows, k_chunk + k0, c.rows, 1);
+    }
+    IssueTokF32<kLd>(x, dk_rows + k0, k_stride, c.rows);
+    __pipeline_commit();
+    __pipeline_wait_prior(0);
+    __syncthreads();
+    Acc dx;  // T^T dW
+    dx.Zero();
+    tile::MmaTf32Bf16Acc64<false>(dx, kBT, T, kLd, grad, kLdBf16);
+    tile::StoreRowSumParts(
+        kdx_parts,
+        [&](int r, int col, int i, int e) {
+          const float2 kv = tile::TilePairAt(rows, r, col);
+          return dx.part[i].x[e] * kv.x + dx.part[i].x[e + 1] * kv.y;
+        },
+        k0 > 0);
+    // dk = dk_r + diag(beta gamma) dX + (dAb + dAb^T) K.
+    Acc dk;
+    dk.Load(x, kLd);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        const int r = Acc::ElementRow(i, e);
+        dk.part[i].x[e] += beta[r] * gamma[r] * dx.part[i].x[e];
+      }
+    }
+    tile::MmaTf32Bf16Acc64(dk, kBT, y, kLdT, rows, kLdBf16);
+    if (p.qk_l2norm) {
+      StoreAccRows(dk, dk_rows + k0, k_stride, c.rows);
+    } else {
+      StoreAccRows(dk, p.dk + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
+    }
+    __syncthreads();  // grad, rows and x are free for the next slice
+  }
+  if (threadIdx.x < c.rows) {
+    const int r = threadIdx.x;
+    const float kdx = tile::RowSum(kdx_parts, r);
+    const float* parts = b.s.dG_parts + DGPart(p, chunk, h, 0) + r;
+    float dG = beta[r] * gamma[r] * kdx + beta[r] * t_sums[r] - t_col_sums[r];
+    for (int s = 0; s < p.k_dim / kBT; ++s) dG += parts[s * kBT];
+    b.s.dG[Tok(p, c.row + r, h, 1)] = dG;
+    const float dbeta = gamma[r] * kdx + t_sums[r] + tile::RowSum(vdy_parts, r);
+    p.dbeta[In(p.scalar_strides, c.batch, c.t0 + r, h)] =
+        p.beta_sigmoid ? dbeta * beta[r] * (1.0f - beta[r]) : dbeta;
+  }
 }
 
 inline size_t WYBackwardSmem() {
-  return (2 * kTile + kBT * kLdT + 6 * kBT) * sizeof(float) + 2 * kBf16Tile * sizeof(bf16);
+  return (2 * kTile + kBT * kLdT + (5 + 2 * tile::kAcc64ColumnTiles) * kBT) * sizeof(float) +
+         2 * kBf16Tile * sizeof(bf16);
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -63,7 +63,7 @@ if [ "${SANITIZE:-0}" = 1 ]; then
 fi
 if [ "${DETAIL:-0}" = 1 ]; then
   FLAME_BENCH_REPS=1 FLAME_BENCH_WARMUP=0 FLAME_BENCH_BUDGET_MS=0 timeout 240 ncu --clock-control none \
-    -k regex:"${DETAIL_KERNELS:-ChunkPrepare|RowTerms|RowGrads|StateBackward|OutputKernel|WYBackward}" -c ${DETAIL_COUNT:-6} \
+    -k regex:"${DETAIL_KERNELS:-ChunkPrepare|RowTerms|StateBackward|OutputKernel|WYBackward}" -c ${DETAIL_COUNT:-6} \
     --section SpeedOfLight --section Occupancy --section WarpStateStats --section MemoryWorkloadAnalysis \
     $B/chunk_attention_benchmark ${DETAIL_OP:-chunk_gated_delta_rule} ${DETAIL_SHAPE:-0} > $OUT/ncu_detail.log 2>&1
   grep -E "tiles::|gated_chunk::|Duration|DRAM Throughput|Memory Throughput|Compute \(SM\)|Achieved Occupancy|Theoretical Occupancy|Warp Cycles Per Issued|Block Limit Shared|stalled|Stall|L1/TEX Hit|Mem Busy|Max Bandwidth" $OUT/ncu_detail.log | cut -c1-220 | head -${DETAIL_LINES:-120}
