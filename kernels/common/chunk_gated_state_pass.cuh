@@ -215,7 +215,7 @@ __global__ void __launch_bounds__(kThreads, kNk == 1 ? 3 : 2)
       }
     }
     tile::MmaBf16Acc64<false, true, kNk>(acc, kBT, s.lhs[0], kLdBf16, kTileElems, s.rhs, kLdBf16,
-                                         [](uint32_t(&)[4], int) {});
+                                         tile::KeepBFragment{});
   }
 
   float* last = pass.reverse ? p.d_initial_state : p.final_state;

@@ -499,15 +499,20 @@ __device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float
   }
 }
 
+// MmaBf16Acc64's b_fragment that leaves the fragment as loaded.
+struct KeepBFragment {
+  __device__ __forceinline__ void operator()(uint32_t (&)[4], int) const {}
+};
+
 // acc[n] += A_n[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64), for kN left operands
 // A_n = a + n * a_step (e.g. the 64-row slices of a taller A) that share B: each B fragment is
 // loaded once per k step and passed through b_fragment(fb, l) (l the k offset, fb as
-// Bf16BOperand loads it), e.g. to scale B's rows without a pass over the tile. Layout flags as
-// Mma; kd a multiple of 16.
-template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment>
-__device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, int lda,
-                                             int a_step, const bf16* b, int ldb,
-                                             BFragment b_fragment) {
+// Bf16BOperand loads it), e.g. to scale B's rows without a pass over the tile. With kSum, every
+// product goes to acc[0]: acc[0] += (sum_n A_n) B, for an operand held as the bf16 tiles of its
+// parts (StoreSplitBf16Pair's hi and lo). Layout flags as Mma; kd a multiple of 16.
+template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment, bool kSum = false>
+__device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, int lda, int a_step,
+                                             const bf16* b, int ldb, BFragment b_fragment) {
   const int col = Acc64::Col();
   const Bf16BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
   Bf16AOperand<kARowMajor> a0[kN], a1[kN];
@@ -527,10 +532,11 @@ __device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, 
       uint32_t fa0[4], fa1[4];
       a0[n].Load(fa0, l);
       a1[n].Load(fa1, l);
-      ptx::MmaM16N8K16Bf16(acc[n].part[0].x, fa0, fb[0], fb[1]);
-      ptx::MmaM16N8K16Bf16(acc[n].part[0].x + 4, fa0, fb[2], fb[3]);
-      ptx::MmaM16N8K16Bf16(acc[n].part[1].x, fa1, fb[0], fb[1]);
-      ptx::MmaM16N8K16Bf16(acc[n].part[1].x + 4, fa1, fb[2], fb[3]);
+      Acc64& c = acc[kSum ? 0 : n];
+      ptx::MmaM16N8K16Bf16(c.part[0].x, fa0, fb[0], fb[1]);
+      ptx::MmaM16N8K16Bf16(c.part[0].x + 4, fa0, fb[2], fb[3]);
+      ptx::MmaM16N8K16Bf16(c.part[1].x, fa1, fb[0], fb[1]);
+      ptx::MmaM16N8K16Bf16(c.part[1].x + 4, fa1, fb[2], fb[3]);
     }
   }
 }
@@ -540,7 +546,18 @@ __device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, 
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, int kd, const bf16* a, int lda,
                                              const bf16* b, int ldb) {
-  MmaBf16Acc64<kARowMajor, kBRowMajor, 1>(&acc, kd, a, lda, 0, b, ldb, [](uint32_t(&)[4], int) {});
+  MmaBf16Acc64<kARowMajor, kBRowMajor, 1>(&acc, kd, a, lda, 0, b, ldb, KeepBFragment{});
+}
+
+// acc += (A_hi + A_lo)[64 x kd] B[kd x 64] from bf16 tiles, A_lo = a_hi + lo_step: an fp32 left
+// operand as StoreSplitBf16Pair's two bf16 tiles (16 bits of mantissa, against TF32's 11), at
+// twice a bf16 product's tensor work but with ldmatrix loads in either layout, where a TF32
+// operand takes scalar loads. Layout flags as Mma; kd a multiple of 16.
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaSplitBf16Acc64(Acc64& acc, int kd, const bf16* a_hi, int lda,
+                                                  int lo_step, const bf16* b, int ldb) {
+  MmaBf16Acc64<kARowMajor, kBRowMajor, 2, KeepBFragment, true>(&acc, kd, a_hi, lda, lo_step, b, ldb,
+                                                               KeepBFragment{});
 }
 
 // acc += A[16 x kd] B[kd x 16] by one warp from bf16 tiles, with a pointing at A(0, 0) and b at

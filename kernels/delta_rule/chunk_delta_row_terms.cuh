@@ -112,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       decay[threadIdx.x] = expf(G[c.rows - 1] - G[threadIdx.x]);
     }
     tile::MmaBf16Acc64<true, false, 2>(sdo_dw, kBT, d_o, kLdBf16, kBf16Tile, s, kLdBf16,
-                                       [](uint32_t(&)[4], int) {});
+                                       tile::KeepBFragment{});
     tile::MmaBf16Acc64<true, false>(dkd, kBT, ut, kLdBf16, ds, kLdBf16);
     tile::MmaBf16Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdBf16);
     state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'> over this step's tiles
@@ -171,16 +171,14 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     if (part == 0) p_sums[i] = sums;
   }
   sdo.Transform([&](int r, int, float v) { return p.scale * gamma[r] * v; });
-  tile::MmaBf16Acc64<true, true>(sdo, kBT, dmd_hi, kLdBf16, k, kLdBf16);
-  tile::MmaBf16Acc64<true, true>(sdo, kBT, dmd_lo, kLdBf16, k, kLdBf16);
+  tile::MmaSplitBf16Acc64<true, true>(sdo, kBT, dmd_hi, kLdBf16, kBf16Tile, k, kLdBf16);
   if (p.qk_l2norm) {
     StoreAccRows(sdo, TokPtr(b.s.dq_normed, p, c, 0, h, K) + k0, qk_stride, c.rows);
   } else {
     StoreAccRows(sdo, p.dq + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
   }
   dkd.Transform([&](int r, int, float v) { return decay[r] * v; });
-  tile::MmaBf16Acc64<false, true>(dkd, kBT, dmd_hi, kLdBf16, q, kLdBf16);
-  tile::MmaBf16Acc64<false, true>(dkd, kBT, dmd_lo, kLdBf16, q, kLdBf16);
+  tile::MmaSplitBf16Acc64<false, true>(dkd, kBT, dmd_hi, kLdBf16, kBf16Tile, q, kLdBf16);
   StoreAccRows(dkd, TokPtr(b.s.dk_rows, p, c, 0, h, K) + k0, qk_stride, c.rows);
   __syncthreads();  // P's sums are in
   if (threadIdx.x < kBT) {

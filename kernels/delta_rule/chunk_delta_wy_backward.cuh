@@ -24,15 +24,16 @@ namespace flame::kernels::delta_chunk::tiles {
 // dk is written as bf16 (with the l2norm: in fp32 over dk_r, FinishRowsKernel's input).
 //
 // Three passes over 64-wide slices, each arriving by cp.async in bf16 (dW and dUt as RowTerms and
-// the backward state pass store them; the rows of k and v, exact): (dW, K) then (dUt, V) build
-// dT's transpose in registers as bf16 products,
+// the backward state pass store them; the rows of k and v, exact): (dW, K) then (dUt, V),
+// double-buffered in Z's space (1022 -> 982 us per call at (1,8192,96,128)), build dT's transpose
+// in registers as bf16 products,
 //   dT^T = diag(beta) (diag(gamma) K dW^T + V dUt^T)
 // (the gamma scaling applied between the K and the V slices), the V slices also giving dY = T^T
 // dUt, an fp32 x bf16 product (T read transposed) that leaves from the registers as dv, with v.dY
 // against the v tile as copied. Once dA is whole, (dW, K, dk_r) again: dX = T^T dW formed a second
 // time (a 64 x 64 x 64 product; stored and read back in fp32 it cost more in memory traffic), and
 // dk finished on its accumulator. (With dX and dA in fp32 scratch for a kernel of their own, that
-// kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now 1022.)
+// kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now 982.)
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   // T and dT at leading dimension kLd (T read transposed by the slices' paired loads and as
@@ -41,7 +42,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   // and then each slice's dk_r; dAb + dAb^T takes Z's (a row-major TF32 A operand: kLdT).
   float* T = reinterpret_cast<float*>(smem4);
   float* x = T + kTile;  // dT; t; dk_r
-  float* y = x + kTile;  // Z; dAb + dAb^T
+  float* y = x + kTile;  // the second buffer of the first passes; Z; dAb + dAb^T
   float* G = y + kBT * kLdT;
   float* beta = G + kBT;
   float* gamma = beta + kBT;
@@ -51,6 +52,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   float* t_col_sums = t_sums + kBT;                              // (t^T beta)_i
   bf16* grad = reinterpret_cast<bf16*>(t_col_sums + kBT);        // the slice of dW or dUt
   bf16* rows = grad + kBf16Tile;                                 // the slice's k or v rows
+  static_assert(2 * kBf16Tile * 2 <= kBT * kLdT * 4, "a slice's two tiles fit in Z's space");
   const ChunkDeltaParams& p = b.p;
   const int chunk = blockIdx.x, h = blockIdx.y;
   const Chunk c = LocateChunk(p, chunk);
@@ -67,40 +69,54 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   float* dk_rows = b.s.dk_rows + Tok(p, c.row, h, p.k_dim);
   const bf16* v_chunk = p.v + In(p.v_strides, c.batch, c.t0, h);
   const bf16* dut_chunk = b.s.dUt + Tok(p, c.row, h, p.v_dim);
+  // The (dW, K) slices, then the (dUt, V) slices, double-buffered: slice n lands in buffer n % 2,
+  // grad and rows or Z's space (unused until Z), while slice n - 1 is multiplied.
+  const int nk = p.k_dim / kBT, slices = nk + p.v_dim / kBT;
+  bf16* const second = reinterpret_cast<bf16*>(y);  // each buffer: the gradient, then the rows
+  const auto issue = [&](int n) {
+    bf16* g = n % 2 == 0 ? grad : second;
+    if (n < nk) {
+      k_pieces.Issue(g, dw_chunk + n * kBT, c.rows, 1);
+      k_pieces.Issue(g + kBf16Tile, k_chunk + n * kBT, c.rows, 1);
+    } else {
+      dut_pieces.Issue(g, dut_chunk + (n - nk) * kBT, c.rows, 1);
+      v_pieces.Issue(g + kBf16Tile, v_chunk + (n - nk) * kBT, c.rows, 1);
+    }
+    __pipeline_commit();
+  };
   Acc dTt;  // dT^T
   dTt.Zero();
-  for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
-    k_pieces.Issue(grad, dw_chunk + k0, c.rows, 1);
-    k_pieces.Issue(rows, k_chunk + k0, c.rows, 1);
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-    __syncthreads();  // the slice (and T, G, beta) are in
-    if (k0 == 0 && threadIdx.x < kBT) gamma[threadIdx.x] = expf(G[threadIdx.x]);
-    tile::MmaBf16Acc64<true, false>(dTt, kBT, rows, kLdBf16, grad, kLdBf16);
-    __syncthreads();  // grad and rows are free for the next slice (gamma is in)
-  }
-  dTt.Transform([&](int r, int, float v) { return v * gamma[r]; });
-  for (int v0 = 0; v0 < p.v_dim; v0 += kBT) {
-    dut_pieces.Issue(grad, dut_chunk + v0, c.rows, 1);
-    v_pieces.Issue(rows, v_chunk + v0, c.rows, 1);
-    __pipeline_commit();
-    __pipeline_wait_prior(0);
-    __syncthreads();
-    tile::MmaBf16Acc64<true, false>(dTt, kBT, rows, kLdBf16, grad, kLdBf16);
-    Acc dy;
-    dy.Zero();
-    tile::MmaTf32Bf16Acc64<false>(dy, kBT, T, kLd, grad, kLdBf16);
-    // v . dY over the slice, onto the earlier slices' parts.
-    tile::StoreRowSumParts(
-        vdy_parts,
-        [&](int r, int col, int i, int e) {
-          const float2 v = tile::TilePairAt(rows, r, col);
-          return dy.part[i].x[e] * v.x + dy.part[i].x[e + 1] * v.y;
-        },
-        v0 > 0);
-    dy.Transform([&](int r, int, float v) { return beta[r] * v; });
-    StoreAccRows(dy, p.dv + In(p.v_strides, c.batch, c.t0, h) + v0, p.v_strides.token, c.rows);
-    __syncthreads();  // grad and rows are free for the next slice
+  issue(0);
+  for (int n = 0; n < slices; ++n) {
+    if (n + 1 < slices) {
+      issue(n + 1);
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    __syncthreads();  // slice n (and T, G, beta) are in
+    const bf16* g = n % 2 == 0 ? grad : second;
+    const bf16* r = g + kBf16Tile;
+    if (n == 0 && threadIdx.x < kBT) gamma[threadIdx.x] = expf(G[threadIdx.x]);
+    if (n == nk) dTt.Transform([&](int row, int, float v) { return v * gamma[row]; });
+    tile::MmaBf16Acc64<true, false>(dTt, kBT, r, kLdBf16, g, kLdBf16);
+    if (n >= nk) {
+      const int v0 = (n - nk) * kBT;
+      Acc dy;
+      dy.Zero();
+      tile::MmaTf32Bf16Acc64<false>(dy, kBT, T, kLd, g, kLdBf16);
+      // v . dY over the slice, onto the earlier slices' parts.
+      tile::StoreRowSumParts(
+          vdy_parts,
+          [&](int row, int col, int i, int e) {
+            const float2 v = tile::TilePairAt(r, row, col);
+            return dy.part[i].x[e] * v.x + dy.part[i].x[e + 1] * v.y;
+          },
+          v0 > 0);
+      dy.Transform([&](int row, int, float v) { return beta[row] * v; });
+      StoreAccRows(dy, p.dv + In(p.v_strides, c.batch, c.t0, h) + v0, p.v_strides.token, c.rows);
+    }
+    __syncthreads();  // buffer n % 2 is free for slice n + 2 (gamma is in)
   }
   // The last pass's first slice, while dA forms.
   k_pieces.Issue(grad, dw_chunk, c.rows, 1);
