@@ -84,6 +84,21 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     }
     __pipeline_commit();
   };
+  // T^T times a gradient slice, an fp32 x bf16 product (T read transposed), and the row dots of
+  // the product with the slice's rows (x: k or v), onto the earlier slices' parts with `add`.
+  const auto t_times = [&](const bf16* slice, const bf16* x, float* parts, bool add) {
+    Acc out;
+    out.Zero();
+    tile::MmaTf32Bf16Acc64<false>(out, kBT, T, kLd, slice, kLdBf16);
+    tile::StoreRowSumParts(
+        parts,
+        [&](int row, int col, int i, int e) {
+          const float2 xv = tile::TilePairAt(x, row, col);
+          return out.part[i].x[e] * xv.x + out.part[i].x[e + 1] * xv.y;
+        },
+        add);
+    return out;
+  };
   Acc dTt;  // dT^T
   dTt.Zero();
   issue(0);
@@ -102,17 +117,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     tile::MmaBf16Acc64<true, false>(dTt, kBT, r, kLdBf16, g, kLdBf16);
     if (n >= nk) {
       const int v0 = (n - nk) * kBT;
-      Acc dy;
-      dy.Zero();
-      tile::MmaTf32Bf16Acc64<false>(dy, kBT, T, kLd, g, kLdBf16);
-      // v . dY over the slice, onto the earlier slices' parts.
-      tile::StoreRowSumParts(
-          vdy_parts,
-          [&](int row, int col, int i, int e) {
-            const float2 v = tile::TilePairAt(r, row, col);
-            return dy.part[i].x[e] * v.x + dy.part[i].x[e + 1] * v.y;
-          },
-          v0 > 0);
+      Acc dy = t_times(g, r, vdy_parts, v0 > 0);  // and v . dY
       dy.Transform([&](int row, int, float v) { return beta[row] * v; });
       StoreAccRows(dy, p.dv + In(p.v_strides, c.batch, c.t0, h) + v0, p.v_strides.token, c.rows);
     }
@@ -178,16 +183,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     __pipeline_commit();
     __pipeline_wait_prior(0);
     __syncthreads();
-    Acc dx;  // T^T dW
-    dx.Zero();
-    tile::MmaTf32Bf16Acc64<false>(dx, kBT, T, kLd, grad, kLdBf16);
-    tile::StoreRowSumParts(
-        kdx_parts,
-        [&](int r, int col, int i, int e) {
-          const float2 kv = tile::TilePairAt(rows, r, col);
-          return dx.part[i].x[e] * kv.x + dx.part[i].x[e + 1] * kv.y;
-        },
-        k0 > 0);
+    const Acc dx = t_times(grad, rows, kdx_parts, k0 > 0);  // and k . dX
     // dk = dk_r + diag(beta gamma) dX + (dAb + dAb^T) K.
     Acc dk;
     dk.Load(x, kLd);
