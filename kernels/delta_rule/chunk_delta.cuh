@@ -53,31 +53,58 @@ inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, co
   return cudaGetLastError();
 }
 
-// A variant of a state pass: its kernel and shared memory.
+// A variant of a state pass: its kernel, shared memory and value columns per block (its grid is
+// (V / cols, H, N)).
 struct PassVariant {
   void (*kernel)(StepBase) = nullptr;
   size_t smem = 0;
+  int cols = 0;
 };
 
-// Of a pass's variants, the one that runs its `blocks` blocks in the fewest waves on this device
-// (blocks per multiprocessor from the occupancy calculator: registers and shared memory), the
-// earlier on a tie; sets the kernels' shared-memory limits. cudaErrorNotSupported where none
-// fits the device's shared memory per block (the backward pass at K = 256 on a device with less
-// than the H200's 227 KB, such as the A100's 163 KB).
-inline cudaError_t PickVariant(std::initializer_list<PassVariant> variants, int64_t blocks,
-                               PassVariant* picked) {
+inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
+  return dim3(p.v_dim / v.cols, p.heads, p.num_seqs);
+}
+
+// Of a pass's variants, the one that runs its blocks in the fewest waves on this device (blocks
+// per multiprocessor from the occupancy calculator: registers and shared memory), the earlier on
+// a tie; sets the kernels' shared-memory limits. cudaErrorNotSupported where none fits the
+// device's shared memory per block (the backward pass at K = 256 on a device with less than the
+// H200's 227 KB, such as the A100's 163 KB).
+inline cudaError_t PickVariant(const ChunkDeltaParams& p,
+                               std::initializer_list<PassVariant> variants, PassVariant* picked) {
   int64_t best_waves = 0;
   for (const PassVariant& v : variants) {
+    const dim3 grid = PassGrid(p, v);
     int64_t waves = 0;
     const cudaError_t err = GridWaves(reinterpret_cast<const void*>(v.kernel), tiles::kThreads,
-                                      v.smem, blocks, &waves);
+                                      v.smem, int64_t{grid.x} * grid.y * grid.z, &waves);
     if (err != cudaSuccess) return err;
     if (waves > 0 && (best_waves == 0 || waves < best_waves)) best_waves = waves, *picked = v;
   }
   return best_waves > 0 ? cudaSuccess : cudaErrorNotSupported;
 }
 
-inline int64_t Blocks(dim3 grid) { return int64_t{grid.x} * grid.y * grid.z; }
+// The forward pass's variants: 32 or 64 value columns per block.
+inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, PassVariant* picked) {
+  const int nk = p.k_dim / kBT;
+  return PickVariant(p,
+                     {{tiles::StateForwardFor(nk, 32), tiles::StateForwardSmem(p.k_dim, 32), 32},
+                      {tiles::StateForwardFor(nk, 64), tiles::StateForwardSmem(p.k_dim, 64), 64}},
+                     picked);
+}
+
+// The backward pass's: all of a chunk's tiles double-buffered, or only the keys (see
+// StateBackwardKernel), each at 32 or 64 value columns.
+inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, PassVariant* picked) {
+  const int nk = p.k_dim / kBT, K = p.k_dim;
+  return PickVariant(
+      p,
+      {{tiles::StateBackwardFor(nk, false, 32), tiles::StateBackwardSmem(K, false, 32), 32},
+       {tiles::StateBackwardFor(nk, true, 32), tiles::StateBackwardSmem(K, true, 32), 32},
+       {tiles::StateBackwardFor(nk, false, 64), tiles::StateBackwardSmem(K, false, 64), 64},
+       {tiles::StateBackwardFor(nk, true, 64), tiles::StateBackwardSmem(K, true, 64), 64}},
+      picked);
+}
 
 inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward) {
   const bool shapes =
@@ -125,7 +152,7 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool ba
 inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                                      cudaStream_t stream) {
   const ChunkDeltaParams& p = b.p;
-  const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
+  const dim3 chunks(p.total_chunks, p.heads);
   cudaError_t err = cudaSuccess;
   const int64_t row_units = TokenRows(p) * p.heads;
   err = b.s.q_rows == nullptr
@@ -139,8 +166,9 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(tiles::StateForwardFor(p.k_dim / kBT), seqs, tiles::StateForwardSmem(p.k_dim),
-                      b, stream)) != cudaSuccess) {
+  PassVariant pass;
+  if ((err = PickForwardPass(p, &pass)) != cudaSuccess ||
+      (err = RunTiles(pass.kernel, PassGrid(p, pass), pass.smem, b, stream)) != cudaSuccess) {
     return err;
   }
   if (!output) return cudaSuccess;
@@ -159,14 +187,9 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
   const StepBase b = MakeStepBase(params, gated, true);
   const ChunkDeltaParams& p = b.p;
-  const dim3 chunks(p.total_chunks, p.heads), seqs(p.v_dim / tiles::kBV, p.heads, p.num_seqs);
-  // The pass that double-buffers all of a chunk's tiles, or the one that double-buffers only the
-  // keys (see StateBackwardKernel).
+  const dim3 chunks(p.total_chunks, p.heads);
   PassVariant pass;
-  cudaError_t err = PickVariant(
-      {{tiles::StateBackwardFor(p.k_dim / kBT, false), tiles::StateBackwardSmem(p.k_dim, false)},
-       {tiles::StateBackwardFor(p.k_dim / kBT, true), tiles::StateBackwardSmem(p.k_dim, true)}},
-      Blocks(seqs), &pass);
+  cudaError_t err = PickBackwardPass(p, &pass);
   if (err != cudaSuccess) return err;
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
@@ -176,7 +199,9 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(pass.kernel, seqs, pass.smem, b, stream)) != cudaSuccess) return err;
+  if ((err = RunTiles(pass.kernel, PassGrid(p, pass), pass.smem, b, stream)) != cudaSuccess) {
+    return err;
+  }
   if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
                       tiles::RowTermsSmem(), b, stream)) != cudaSuccess) {
     return err;

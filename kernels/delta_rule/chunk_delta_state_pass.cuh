@@ -1,7 +1,13 @@
 // The sequential state passes of the chunked delta rule (formulas in chunk_delta_steps.h), one
-// block per (V slice of 32, head, sequence), the K x 32 state slice held in registers in fp32.
-// Slices of 32 rather than 64 give twice the blocks, which the passes need: a (4, 2048, 16, 128)
-// batch has only 4 x 16 sequence-heads to spread over 132 multiprocessors.
+// block per (V slice of kBV = 32 or 64, head, sequence), the K x kBV state slice held in registers
+// in fp32. Slices of 32 give twice the blocks, which the small shapes need: a (4, 2048, 16, 128)
+// batch has only 4 x 16 sequence-heads to spread over 132 multiprocessors; slices of 64 halve the
+// waves where the blocks do not fit at once. The launcher picks by waves (chunk_delta.cuh,
+// PickVariant). Measured on the H200: (8, 4096, 8, 256) forward + backward 4.38 -> 3.73 ms, both
+// passes at 64 columns; (1, 8192, 96, 128)'s forward pass only 588 -> 578 us though its 384 blocks
+// of 32 columns took two waves and its 192 of 64 take one: a multiprocessor that holds two
+// 64-column blocks does the work of four 32-column ones, so the pass is bound by each
+// multiprocessor's throughput there, not by the waves.
 //
 // The passes are latency-bound: per chunk they multiply a few 64 x 64 tiles with the state, and
 // every chunk waits for the one before. So all of a chunk's tiles are copied into shared memory
@@ -41,15 +47,23 @@ namespace flame::kernels::delta_chunk::tiles {
 
 using tile::WarpAcc16;
 
-constexpr int kBV = 32;  // V columns per block
-// Leading dimensions of the 32-wide tiles: kLdS for the fp32 staging of a state slice (16-byte
-// rows), kLdSb for the bf16 operands (state copies, the update's right-hand sides) read by
-// ldmatrix (rows 80 bytes apart: conflict-free). (64-wide tiles: kLd, kLdT.)
-constexpr int kLdS = kBV + 4;
-constexpr int kLdSb = kBV + 8;
-
-// Warp w's 16 x 16 tile of a 64 x 32 chunk product: rows WarpRow(), columns WarpCol(). The
-// lane's rows of it are LaneRow() and LaneRow() + 8.
+// A block's value columns, kBV = 32 or 64, as a template parameter of the passes: 32 gives twice
+// the blocks, which the small shapes need to fill the multiprocessors; 64 halves the blocks where
+// they run in more than one wave, and each block's copies of the keys and W serve twice the
+// columns (the launcher picks by waves, PickVariant). The bf16 operands (state copies, the
+// update's right-hand sides) are read by ldmatrix with rows padded by 16 bytes (80 or 144 bytes
+// apart: conflict-free). (64-wide chunk tiles: kLd, kLdT.)
+template <int kBV>
+__host__ __device__ constexpr int LdSb() {
+  static_assert(kBV == 32 || kBV == 64, "32 or 64 value columns per block");
+  return kBV + 8;
+}
+// 16 x 16 tiles per warp across a block's columns: warp w's tiles of a 64 x kBV chunk product are
+// at rows WarpRow(), columns WarpCol() + 32 t, t < kBV / 32.
+template <int kBV>
+__host__ __device__ constexpr int ColumnTiles() {
+  return kBV / 32;
+}
 __device__ __forceinline__ int WarpRow() { return threadIdx.x / 32 / 2 * 16; }
 __device__ __forceinline__ int WarpCol() { return threadIdx.x / 32 % 2 * 16; }
 __device__ __forceinline__ int LaneRow() { return WarpRow() + WarpAcc16::LaneRow(); }
@@ -114,80 +128,121 @@ __device__ inline void StoreRows(bf16* dst, int64_t ld, const WarpAcc16& acc, in
   }
 }
 
-// The K x 32 state slice of a block (K = 64 kNk), in registers: warp w holds, for each 64-row
-// slice j of K, the 16 x 16 tile at rows 64 j + WarpRow(), columns WarpCol(). So the chunk's
-// j-th 64-wide tile of K (or Q) updates one tile per warp. The passes are instantiated per kNk:
-// with K a run-time value every kernel kept registers for K = 256 (the backward pass 158, one
-// block per multiprocessor).
-template <int kNk>
+// The K x kBV state slice of a block (K = 64 kNk), in registers: warp w holds, for each 64-row
+// slice j of K, the 16 x 16 tiles at rows 64 j + WarpRow(), columns WarpCol() + 32 t. So the
+// chunk's j-th 64-wide tile of K (or Q) updates kBV / 32 tiles per warp. The passes are
+// instantiated per kNk: with K a run-time value every kernel kept registers for K = 256 (the
+// backward pass 158, one block per multiprocessor).
+template <int kNk, int kBV>
 struct StateTiles {
-  WarpAcc16 part[kNk];
+  static constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
+  WarpAcc16 part[kNk][kT];
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
-  // From / to a K x 32 fp32 slice in shared memory (leading dimension kLdS): own tiles only.
-  __device__ void Load(const float* s) {
+  __device__ static int Col(int t) { return WarpCol() + 32 * t; }
+  // From / to the block's columns of a K x V fp32 state in global memory (src at row 0, the
+  // block's column 0; null: zeros), the lane's own elements, two adjacent columns per access:
+  // once per block, so no staging through shared memory.
+  __device__ void LoadGlobal(const float* src, int v_dim) {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) part[j].Load(s + Row(j) * kLdS + WarpCol(), kLdS);
-  }
-  __device__ void Store(float* s) const {
+    for (int j = 0; j < kNk; ++j) {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) part[j].Store(s + Row(j) * kLdS + WarpCol(), kLdS);
-    __syncwarp();
+      for (int t = 0; t < kT; ++t) {
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          const int r = Row(j) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
+          const int c = Col(t) + 8 * (e / 4) + WarpAcc16::LaneCol();
+          const float2 v = src ? *reinterpret_cast<const float2*>(src + int64_t{r} * v_dim + c)
+                               : make_float2(0.0f, 0.0f);
+          part[j][t].x[e] = v.x, part[j][t].x[e + 1] = v.y;
+        }
+      }
+    }
   }
-  // To a bf16 K x 32 slice in shared memory (leading dimension kLdSb): own tiles only (the
+  __device__ void StoreGlobal(float* dst, int v_dim) const {
+#pragma unroll
+    for (int j = 0; j < kNk; ++j) {
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          const int r = Row(j) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
+          const int c = Col(t) + 8 * (e / 4) + WarpAcc16::LaneCol();
+          *reinterpret_cast<float2*>(dst + int64_t{r} * v_dim + c) =
+              make_float2(part[j][t].x[e], part[j][t].x[e + 1]);
+        }
+      }
+    }
+  }
+  // To a bf16 K x kBV slice in shared memory (leading dimension kLdSb): own tiles only (the
   // products' copy; the registers keep fp32).
   __device__ void StoreBf16(bf16* s) const {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) part[j].StoreBf16(s + Row(j) * kLdSb + WarpCol(), kLdSb);
+    for (int j = 0; j < kNk; ++j) {
+#pragma unroll
+      for (int t = 0; t < kT; ++t) part[j][t].StoreBf16(s + Row(j) * kLdSb + Col(t), kLdSb);
+    }
     __syncwarp();
   }
   __device__ void Scale(float f) {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) part[j].Scale(f);
+    for (int j = 0; j < kNk; ++j) {
+#pragma unroll
+      for (int t = 0; t < kT; ++t) part[j][t].Scale(f);
+    }
   }
-  // part[j] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x 32 bf16 tile
+  // part[j][t] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x kBV bf16 tile
   // (leading dimension kLdSb).
   __device__ void AddTransposedProductBf16(const bf16* tiles, const bf16* b) {
 #pragma unroll
     for (int j = 0; j < kNk; ++j) {
-      tile::MmaBf16Warp16<false, true>(part[j], kBT, tiles + j * kBf16Tile + WarpRow(), kLdBf16,
-                                       b + WarpCol(), kLdSb);
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        tile::MmaBf16Warp16<false, true>(part[j][t], kBT, tiles + j * kBf16Tile + WarpRow(),
+                                         kLdBf16, b + Col(t), kLdSb);
+      }
     }
   }
-  // acc += (a bf16 [64 x K] chunk operand) S, with S's bf16 copy s (leading dimension kLdSb).
-  __device__ static void ProductBf16(WarpAcc16& acc, const bf16* tiles, const bf16* s) {
+  // acc[t] += (a bf16 [64 x K] chunk operand) S, with S's bf16 copy s (leading dimension kLdSb):
+  // the warp's tiles of a 64 x kBV product.
+  __device__ static void ProductBf16(WarpAcc16 (&acc)[kT], const bf16* tiles, const bf16* s) {
 #pragma unroll
     for (int j = 0; j < kNk; ++j) {
-      tile::MmaBf16Warp16<true, true>(acc, kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
-                                      kLdBf16, s + j * kBT * kLdSb + WarpCol(), kLdSb);
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        tile::MmaBf16Warp16<true, true>(acc[t], kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
+                                        kLdBf16, s + j * kBT * kLdSb + Col(t), kLdSb);
+      }
     }
   }
 };
 
-// The block's K x 32 bf16 state copy (leading dimension kLdSb; complete: behind a barrier) to
-// the scratch's K x V state of the chunk (dst at the block's column of row 0), four 16-byte
-// pieces per row.
-template <int kNk>
+// The block's K x kBV bf16 state copy (leading dimension LdSb; complete: behind a barrier) to
+// the scratch's K x V state of the chunk (dst at the block's column of row 0), 16-byte pieces.
+template <int kNk, int kBV>
 __device__ inline void StoreStateCopy(bf16* dst, const bf16* copy, int v_dim) {
   constexpr int kPieces = kBV / 8;
   ForBlockItems<kThreads, kNk * kBT * kPieces>([&](int idx) {
     const int r = idx / kPieces, c8 = idx % kPieces * 8;
     *reinterpret_cast<uint4*>(dst + int64_t{r} * v_dim + c8) =
-        *reinterpret_cast<const uint4*>(copy + r * kLdSb + c8);
+        *reinterpret_cast<const uint4*>(copy + r * LdSb<kBV>() + c8);
   });
 }
 
 // ----------------------------------------------------------------------------------------------
 // A pass's copies: its sequence's chunk sources, and the tile sets they fill.
 
-// 32 columns of the chunk's rows of a bf16 [B,T,H,D] tensor (chunk: its row 0 at the block's
-// column), stored densely (32 bf16 per row): a 16-byte piece per thread.
+// kBV columns of the chunk's rows of a bf16 [B,T,H,D] tensor (chunk: its row 0 at the block's
+// column), stored densely (kBV bf16 per row): 16-byte pieces, one or two per thread.
+template <int kBV>
 __device__ inline void IssueInV(bf16* dst, const bf16* chunk, int64_t token_stride, int rows) {
-  static_assert(kBT * kBV / 8 == kThreads, "one piece per thread");
-  const int r = threadIdx.x / (kBV / 8), c8 = threadIdx.x % (kBV / 8) * 8;
-  const bool valid = r < rows;
-  __pipeline_memcpy_async(dst + r * kBV + c8, chunk + (valid ? r * token_stride + c8 : 0), 16,
-                          valid ? 0 : 16);
+  constexpr int kPieces = kBV / 8;
+  ForBlockItems<kThreads, kBT * kPieces>([&](int idx) {
+    const int r = idx / kPieces, c8 = idx % kPieces * 8;
+    const bool valid = r < rows;
+    __pipeline_memcpy_async(dst + r * kBV + c8, chunk + (valid ? r * token_stride + c8 : 0), 16,
+                            valid ? 0 : 16);
+  });
 }
 
 // A pass's sequence: its chunks' sources at head h, as chunk 0's plus ci strides.
@@ -220,7 +275,7 @@ struct ChunkTiles {
   bf16* k;    // nk tiles
   bf16* w;    // nk tiles
   bf16* q;    // nk tiles (backward)
-  bf16* d_o;  // 64 x 32 (backward)
+  bf16* d_o;  // 64 x kBV (backward)
   float* G;   // 64
 
   static constexpr int kGBytes = kBT * sizeof(float);
@@ -229,7 +284,7 @@ struct ChunkTiles {
     return 2 * KeyBytes(nk) + kGBytes;
   }
   __host__ __device__ static constexpr int QueryBytes(int nk) { return 2 * KeyBytes(nk); }
-  __host__ __device__ static constexpr int RestBytes() { return kBT * kBV * 2 + kGBytes; }
+  __host__ __device__ static constexpr int RestBytes(int bv) { return kBT * bv * 2 + kGBytes; }
   __device__ static ChunkTiles Forward(char* at, int nk) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(at);
@@ -237,13 +292,13 @@ struct ChunkTiles {
     t.G = reinterpret_cast<float*>(at + 2 * KeyBytes(nk));
     return t;
   }
-  __device__ static ChunkTiles Backward(char* keys, char* queries, char* rest, int nk) {
+  __device__ static ChunkTiles Backward(char* keys, char* queries, char* rest, int nk, int bv) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(keys);
     t.q = reinterpret_cast<bf16*>(queries);
     t.w = reinterpret_cast<bf16*>(queries + KeyBytes(nk));
     t.d_o = reinterpret_cast<bf16*>(rest);
-    t.G = reinterpret_cast<float*>(t.d_o + kBT * kBV);
+    t.G = reinterpret_cast<float*>(t.d_o + kBT * bv);
     return t;
   }
 };
@@ -261,8 +316,11 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 // their own chunk, fitted three blocks per multiprocessor at K = 128 and ran (1, 8192, 96, 128)'s
 // 384 blocks in one wave instead of two -- in 598 us instead of 590: the keys' copy, exposed once
 // per chunk, cost what the wave saved.)
-template <int kNk>
-__global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
+// Two blocks per multiprocessor where their shared memory allows (K <= 128 at 64 columns).
+template <int kNk, int kBV>
+__global__ void __launch_bounds__(kThreads, kBV == 32 || kNk <= 2 ? 2 : 1)
+    StateForwardKernel(StepBase b) {
+  constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   constexpr int K = kNk * kBT;
@@ -274,9 +332,6 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
   const auto set = [&](int i) {
     return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(kNk), kNk);
   };
-  // The initial and final states pass through fp32 K x kLdS staging in tile set 1, which no
-  // chunk's copy fills before the first swap or after the last chunk.
-  float* state_staging = reinterpret_cast<float*>(sets_at + ChunkTiles::ForwardBytes(kNk));
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
@@ -290,61 +345,60 @@ __global__ void __launch_bounds__(kThreads, 2) StateForwardKernel(StepBase b) {
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   // U of a chunk goes straight to the lane's registers, one chunk ahead.
-  const auto load_u = [&](int ci, RowPairs<bf16>& u) {
-    u.Load(b.s.U + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
+  const auto load_u = [&](int ci, RowPairs<bf16>(&u)[kT]) {
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      u[t].Load(b.s.U + src.TokAt(ci, V) + v0 + 32 * t, ld_v, src.Rows(ci));
+    }
   };
-  RowPairs<bf16> u_next;
+  RowPairs<bf16> u_next[kT];
   if (seq.num_chunks > 0) {
     issue(0, set(0));
     load_u(0, u_next);
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS>(state_staging, p.initial_state ? p.initial_state + State(p, n, h) : nullptr,
-                       K, V, v0);
-  __syncthreads();
-  StateTiles<kNk> S;
-  S.Load(state_staging);
+  StateTiles<kNk, kBV> S;
+  S.LoadGlobal(p.initial_state ? p.initial_state + State(p, n, h) + v0 : nullptr, V);
   for (int ci = 0; ci < seq.num_chunks; ++ci) {
     const int rows = src.Rows(ci);
     const ChunkTiles t = set(ci);
-    // Earlier readers of s_copy and ut_tile are behind the previous chunk's barriers (and of the
-    // staging, behind the first swap).
+    // Earlier readers of s_copy and ut_tile are behind the previous chunk's barriers.
     S.StoreBf16(s_copy);
-    const RowPairs<bf16> u = u_next;
+    RowPairs<bf16> u[kT];
+#pragma unroll
+    for (int c = 0; c < kT; ++c) u[c] = u_next[c];
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
-    StoreStateCopy<kNk>(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V);
+    StoreStateCopy<kNk, kBV>(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V);
     if (ci + 1 < seq.num_chunks) {
       issue(ci + 1, set(ci + 1));
       load_u(ci + 1, u_next);
     }
     __pipeline_commit();
-    WarpAcc16 ut;  // W S, then the new values
-    ut.Zero();
-    StateTiles<kNk>::ProductBf16(ut, t.w, s_copy);
+    WarpAcc16 ut[kT];  // W S, then the new values
 #pragma unroll
-    for (int e = 0; e < 8; ++e) ut.x[e] = u[e] - ut.x[e];
-    StoreRows(b.s.Ut + src.TokAt(ci, V) + v0, ld_v, ut, rows);
+    for (int c = 0; c < kT; ++c) ut[c].Zero();
+    StateTiles<kNk, kBV>::ProductBf16(ut, t.w, s_copy);
     const float G_last = t.G[rows - 1];
-    ScaleRows(ut, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
-    ut.StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol(), kLdSb);
+    const float decay_a = KeyDecay(t, G_last, ra), decay_b = KeyDecay(t, G_last, rb);
+#pragma unroll
+    for (int c = 0; c < kT; ++c) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) ut[c].x[e] = u[c][e] - ut[c].x[e];
+      StoreRows(b.s.Ut + src.TokAt(ci, V) + v0 + 32 * c, ld_v, ut[c], rows);
+      ScaleRows(ut[c], decay_a, decay_b);
+      ut[c].StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
+    }
     __syncthreads();
     S.Scale(expf(G_last));
     S.AddTransposedProductBf16(t.k, ut_tile);
   }
-  if (p.final_state) {
-    __syncthreads();  // the last chunk's readers of its tile set are done
-    S.Store(state_staging);
-    __syncthreads();
-    StoreState<kBV, kLdS>(p.final_state + State(p, n, h), state_staging, K, V, v0);
-  }
+  if (p.final_state) S.StoreGlobal(p.final_state + State(p, n, h) + v0, V);
 }
 
-inline size_t StateForwardSmem(int k_dim) {
+inline size_t StateForwardSmem(int k_dim, int bv) {
   const int nk = k_dim / kBT;
-  static_assert(kBT * kLdS * sizeof(float) <= kBf16Tile * sizeof(bf16),
-                "64 rows of the fp32 state staging fit in one key tile of a set");
-  return (k_dim + kBT) * kLdSb * sizeof(bf16) + 2 * ChunkTiles::ForwardBytes(nk);
+  return (k_dim + kBT) * (bv + 8) * sizeof(bf16) + 2 * ChunkTiles::ForwardBytes(nk);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -363,8 +417,12 @@ inline size_t StateForwardSmem(int k_dim) {
 // (the double-buffered one on a tie).
 // (With M^T dO in the pass -- an fp32 M tile and an fp32 dO tile per chunk, a third barrier --
 // the pass ran one block per multiprocessor at K = 128: 1383 us at (1, 8192, 96, 128).)
-template <int kNk, bool kSplit>
-__global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKernel(StepBase b) {
+// Two blocks per multiprocessor where their shared memory allows (K <= 128 at 32 columns, K = 64
+// at 64).
+template <int kNk, bool kSplit, int kBV>
+__global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 ? 2 : 1)
+    StateBackwardKernel(StepBase b) {
+  constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   constexpr int K = kNk * kBT;
@@ -374,16 +432,14 @@ __global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKerne
   bf16* dut = d_og + kBT * kLdSb;                  // -dUt (bf16), 64 x kLdSb
   char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdSb);
   constexpr int key_bytes = ChunkTiles::KeyBytes(kNk), query_bytes = ChunkTiles::QueryBytes(kNk);
+  constexpr int rest_bytes = ChunkTiles::RestBytes(kBV);
   char* queries_at = keys_at + 2 * key_bytes;
   char* rest_at = queries_at + (kSplit ? 1 : 2) * query_bytes;
   const auto set = [&](int i) {  // as in the forward
     const int buffer = kSplit ? 0 : i & 1;
     return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes, queries_at + buffer * query_bytes,
-                                rest_at + buffer * ChunkTiles::RestBytes(), kNk);
+                                rest_at + buffer * rest_bytes, kNk, kBV);
   };
-  // The initial and final gradients pass through fp32 K x kLdS staging in the keys of set 1,
-  // which no chunk's copy fills before the first swap or after the last chunk.
-  float* state_staging = reinterpret_cast<float*>(keys_at + key_bytes);
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
@@ -400,14 +456,17 @@ __global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKerne
   };
   const auto issue_rest = [&](int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
-    IssueInV(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
+    IssueInV<kBV>(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   // MtdO of a chunk goes straight to the lane's registers, one chunk ahead.
-  const auto load_local = [&](int ci, RowPairs<float>& m) {
-    m.Load(b.s.MtdO + src.TokAt(ci, V) + v0, ld_v, src.Rows(ci));
+  const auto load_local = [&](int ci, RowPairs<float>(&m)[kT]) {
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      m[t].Load(b.s.MtdO + src.TokAt(ci, V) + v0 + 32 * t, ld_v, src.Rows(ci));
+    }
   };
-  RowPairs<float> local_next;
+  RowPairs<float> local_next[kT];
   const int last = seq.num_chunks - 1;
   if (last >= 0) {
     issue_keys(last, set(0));
@@ -416,21 +475,19 @@ __global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKerne
     load_local(last, local_next);
   }
   __pipeline_commit();
-  LoadState<kBV, kLdS>(state_staging, p.d_final_state ? p.d_final_state + State(p, n, h) : nullptr,
-                       K, V, v0);
-  __syncthreads();
-  StateTiles<kNk> dS;
-  dS.Load(state_staging);
+  StateTiles<kNk, kBV> dS;
+  dS.LoadGlobal(p.d_final_state ? p.d_final_state + State(p, n, h) + v0 : nullptr, V);
   for (int it = 0; it <= last; ++it) {
     const int ci = last - it, rows = src.Rows(ci);
     const ChunkTiles t = set(it);
-    // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers (and
-    // of the staging, behind the first swap).
+    // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers.
     dS.StoreBf16(ds_copy);
-    const RowPairs<float> local = local_next;
+    RowPairs<float> local[kT];
+#pragma unroll
+    for (int c = 0; c < kT; ++c) local[c] = local_next[c];
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles (but split-mode q and W) are in; the other set is free
-    StoreStateCopy<kNk>(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V);
+    StoreStateCopy<kNk, kBV>(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V);
     if (ci > 0) {
       const ChunkTiles next = set(it + 1);
       issue_keys(ci - 1, next);
@@ -445,21 +502,26 @@ __global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKerne
       issue_queries(ci, t);
       __pipeline_commit();
     }
-    WarpAcc16 du;  // K dS, then dUt
-    du.Zero();
-    StateTiles<kNk>::ProductBf16(du, t.k, ds_copy);
+    WarpAcc16 du[kT];  // K dS, then dUt
+#pragma unroll
+    for (int c = 0; c < kT; ++c) du[c].Zero();
+    StateTiles<kNk, kBV>::ProductBf16(du, t.k, ds_copy);
     for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
       const int r = e / kBV, col = e % kBV;
       d_og[r * kLdSb + col] =
           __float2bfloat16(p.scale * __bfloat162float(t.d_o[e]) * __expf(t.G[r]));
     }
     const float G_last = t.G[rows - 1];
-    ScaleRows(du, KeyDecay(t, G_last, ra), KeyDecay(t, G_last, rb));
+    const float decay_a = KeyDecay(t, G_last, ra), decay_b = KeyDecay(t, G_last, rb);
 #pragma unroll
-    for (int e = 0; e < 8; ++e) du.x[e] += local[e];
-    StoreRows(b.s.dUt + src.TokAt(ci, V) + v0, ld_v, du, rows);
-    du.Scale(-1.0f);
-    du.StoreBf16(dut + WarpRow() * kLdSb + WarpCol(), kLdSb);
+    for (int c = 0; c < kT; ++c) {
+      ScaleRows(du[c], decay_a, decay_b);
+#pragma unroll
+      for (int e = 0; e < 8; ++e) du[c].x[e] += local[c][e];
+      StoreRows(b.s.dUt + src.TokAt(ci, V) + v0 + 32 * c, ld_v, du[c], rows);
+      du[c].Scale(-1.0f);
+      du[c].StoreBf16(dut + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
+    }
     if (kSplit) __pipeline_wait_prior(0);  // the queries and W
     __syncthreads();
     if (kSplit) {
@@ -470,50 +532,51 @@ __global__ void __launch_bounds__(kThreads, kNk <= 2 ? 2 : 1) StateBackwardKerne
     dS.AddTransposedProductBf16(t.q, d_og);
     dS.AddTransposedProductBf16(t.w, dut);
   }
-  if (p.d_initial_state) {
-    __syncthreads();  // the last chunk's readers of its keys are done
-    dS.Store(state_staging);
-    __syncthreads();
-    StoreState<kBV, kLdS>(p.d_initial_state + State(p, n, h), state_staging, K, V, v0);
-  }
+  if (p.d_initial_state) dS.StoreGlobal(p.d_initial_state + State(p, n, h) + v0, V);
 }
 
-inline size_t StateBackwardSmem(int k_dim, bool split) {
+inline size_t StateBackwardSmem(int k_dim, bool split, int bv) {
   const int nk = k_dim / kBT;
-  return (k_dim + 2 * kBT) * kLdSb * sizeof(bf16) + 2 * ChunkTiles::KeyBytes(nk) +
-         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes());
+  return (k_dim + 2 * kBT) * (bv + 8) * sizeof(bf16) + 2 * ChunkTiles::KeyBytes(nk) +
+         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes(bv));
 }
 
-// The passes' instantiations for K = 64 nk (nk = 1..4).
+// The passes' instantiations for K = 64 nk (nk = 1..4) and kBV = bv (32 or 64).
+template <int kBV>
 inline void (*StateForwardFor(int nk))(StepBase) {
   switch (nk) {
     case 1:
-      return StateForwardKernel<1>;
+      return StateForwardKernel<1, kBV>;
     case 2:
-      return StateForwardKernel<2>;
+      return StateForwardKernel<2, kBV>;
     case 3:
-      return StateForwardKernel<3>;
+      return StateForwardKernel<3, kBV>;
     default:
-      return StateForwardKernel<4>;
+      return StateForwardKernel<4, kBV>;
   }
 }
 
-template <bool kSplit>
+inline void (*StateForwardFor(int nk, int bv))(StepBase) {
+  return bv == 64 ? StateForwardFor<64>(nk) : StateForwardFor<32>(nk);
+}
+
+template <bool kSplit, int kBV>
 inline void (*StateBackwardFor(int nk))(StepBase) {
   switch (nk) {
     case 1:
-      return StateBackwardKernel<1, kSplit>;
+      return StateBackwardKernel<1, kSplit, kBV>;
     case 2:
-      return StateBackwardKernel<2, kSplit>;
+      return StateBackwardKernel<2, kSplit, kBV>;
     case 3:
-      return StateBackwardKernel<3, kSplit>;
+      return StateBackwardKernel<3, kSplit, kBV>;
     default:
-      return StateBackwardKernel<4, kSplit>;
+      return StateBackwardKernel<4, kSplit, kBV>;
   }
 }
 
-inline void (*StateBackwardFor(int nk, bool split))(StepBase) {
-  return split ? StateBackwardFor<true>(nk) : StateBackwardFor<false>(nk);
+inline void (*StateBackwardFor(int nk, bool split, int bv))(StepBase) {
+  if (bv == 64) return split ? StateBackwardFor<true, 64>(nk) : StateBackwardFor<false, 64>(nk);
+  return split ? StateBackwardFor<true, 32>(nk) : StateBackwardFor<false, 32>(nk);
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -17,12 +17,12 @@
 //                                              scalar step RowScalars instead
 //   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U, KD in the backward
 //                                              (chunk_delta_prepare.cuh)
-//   StateForwardKernel    (V/32, H, N)         sequential over a sequence's chunks: S, Ut
+//   StateForwardKernel    (V/32 or V/64, H, N) sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
 //   LocalValueGradsKernel (chunks, H, V/64)    scale M^T dO, the chunk-local part of dUt
 //                                              (chunk_delta_local_value_grads.cuh)
-//   StateBackwardKernel   (V/32, H, N)         reverse over the chunks: dS, dUt (ditto)
+//   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dq (of the normalised q with the l2norm), dk's
 //                                              row terms, parts of dG (chunk_delta_row_terms.cuh)
 //   WYBackwardKernel      (chunks, H)          through T: dv, dk (of the normalised k with the
@@ -147,28 +147,6 @@ __device__ inline void StoreMat(float* dst, const float* src) {
     *reinterpret_cast<float4*>(dst + r * kBT + c4 * 4) =
         *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
   });
-}
-
-// Rows [0, rows) x columns [v0, v0 + kWidth) of a K x V state in global memory <-> shared memory
-// with leading dimension kLdS, as they are (the state passes carry the state in fp32); a null src
-// loads zeros.
-template <int kWidth, int kLdS>
-__device__ inline void LoadState(float* dst, const float* src, int rows, int v_dim, int v0) {
-  for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
-    const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
-    const float4 v = src ? *reinterpret_cast<const float4*>(src + int64_t{r} * v_dim + v0 + c4 * 4)
-                         : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    *reinterpret_cast<float4*>(dst + r * kLdS + c4 * 4) = v;
-  }
-}
-
-template <int kWidth, int kLdS>
-__device__ inline void StoreState(float* dst, const float* src, int rows, int v_dim, int v0) {
-  for (int idx = threadIdx.x; idx < rows * (kWidth / 4); idx += kThreads) {
-    const int r = idx / (kWidth / 4), c4 = idx % (kWidth / 4);
-    *reinterpret_cast<float4*>(dst + int64_t{r} * v_dim + v0 + c4 * 4) =
-        *reinterpret_cast<const float4*>(src + r * kLdS + c4 * 4);
-  }
 }
 
 // T = (I + A)^-1 for strictly lower A (both tiles, leading dimension kLd), in 16 x 16 blocks:
