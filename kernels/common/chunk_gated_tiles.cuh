@@ -25,7 +25,7 @@ constexpr int kBT = kGatedChunkSize;  // chunk length (rows)
 constexpr int kBK = 64;               // K and V slice width
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-constexpr float kRcpLn2 = 1.4426950408889634f;
+using ptx::kRcpLn2;
 constexpr int kTileElems = kBT * kLdBf16;  // one 64-row bf16 tile
 static_assert(kBT == 64 && kBK == 64 && kThreads == 256,
               "tile loops assume 64 x 64 tiles, 256 threads");
@@ -118,15 +118,7 @@ __device__ inline void LoadEight(const float* t, int r, int c0, float (&x)[8]) {
   x[4] = hi.x, x[5] = hi.y, x[6] = hi.z, x[7] = hi.w;
 }
 
-// 2^x with results below 2^-126 flushed to zero: one MUFU.EX2, where exp2f adds a range test and
-// two predicated multiplies to keep them as denormals. The callers' x are gate-cumsum differences
-// (<= 0) inside sums that also hold a term of factor 1 (the diagonal j = i), beside which a term
-// of factor 2^-126 is far below fp32 resolution.
-__device__ __forceinline__ float Exp2(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
-}
+using ptx::Exp2;
 
 // ----------------------------------------------------------------------------------------------
 // Tile loads

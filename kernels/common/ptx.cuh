@@ -1,5 +1,6 @@
 // Inline-PTX wrappers for the tile products of mma_tile.cuh: 32-bit shared-memory addresses,
-// shared loads and stores, ldmatrix, and the mma.sync shapes we use (sm_80 and later).
+// shared loads and stores, ldmatrix, the mma.sync shapes we use (sm_80 and later), and a flushing
+// exp2.
 //
 // Why not WMMA: its fragment loads take generic 64-bit pointers, and where the compiler cannot
 // prove a tile is in shared memory (a ring slot handed out by a struct, say) every element became
@@ -62,6 +63,18 @@ __device__ __forceinline__ void MmaM16N8K8Tf32(float* c, const uint32_t (&a)[4],
       "{%8, %9}, {%0, %1, %2, %3};\n"
       : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+constexpr float kRcpLn2 = 1.4426950408889634f;  // log2(e): exp(x) = 2^(x kRcpLn2)
+
+// 2^x with results below 2^-126 flushed to zero: one MUFU.EX2, where exp2f adds a range test and
+// two predicated multiplies to keep them as denormals. The callers' x are gate-cumsum differences
+// (<= 0) inside sums that also hold a term of factor 1 (the diagonal j = i), beside which a term
+// of factor 2^-126 is far below fp32 resolution.
+__device__ __forceinline__ float Exp2(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
 }
 
 }  // namespace flame::kernels::ptx

@@ -506,11 +506,18 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
 #pragma unroll
     for (int c = 0; c < kT; ++c) du[c].Zero();
     StateTiles<kNk, kBV>::ProductBf16(du, t.k, ds_copy);
-    for (int e = threadIdx.x; e < kBT * kBV; e += kThreads) {
-      const int r = e / kBV, col = e % kBV;
-      d_og[r * kLdSb + col] =
-          __float2bfloat16(p.scale * __bfloat162float(t.d_o[e]) * __expf(t.G[r]));
-    }
+    // scale diag(gamma) dO in bf16, eight columns (16 bytes) a thread at a time (element by
+    // element, a 2-byte shared load and store and an exp each, the pass took 887 us instead of
+    // 843 at (1, 8192, 96, 128)).
+    ForBlockItems<kThreads, kBT * kBV / 8>([&](int idx) {
+      const int r = idx / (kBV / 8), c8 = idx % (kBV / 8) * 8;
+      const float f = p.scale * __expf(t.G[r]);
+      float x[8];
+      LoadBf16x8(t.d_o + r * kBV + c8, x);
+#pragma unroll
+      for (int u = 0; u < 8; ++u) x[u] *= f;
+      StoreBf16x8(d_og + r * kLdSb + c8, x);
+    });
     const float G_last = t.G[rows - 1];
     const float decay_a = KeyDecay(t, G_last, ra), decay_b = KeyDecay(t, G_last, rb);
 #pragma unroll

@@ -42,6 +42,7 @@
 #include "kernels/common/block_items.cuh"
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
+#include "kernels/norm/row_ops.cuh"  // LoadBf16x8, StoreBf16x8
 
 namespace flame::kernels::delta_chunk::tiles {
 
@@ -109,19 +110,30 @@ __device__ inline void StoreTok(Out* dst, const float* src, const ChunkDeltaPara
 
 // Rows [0, rows) of a 64 x 64 accumulator to fp32 or (rounded) bf16 global memory (dst at its
 // row 0, column 0; rows ld apart), straight from the registers: two adjacent columns per store.
+// The lane's four rows are 8, 32 and 40 rows after its first, so their addresses are the first
+// row's plus multiples of 8 ld, and the second pair of a row is 8 columns on (an immediate
+// offset): written with a product per store, the compiler formed each store's 64-bit address
+// anew inside its row guard, ~14 instructions a store (~270 of RowTermsKernel's ~2160 in SASS).
 template <typename Out>
 __device__ inline void StoreAccRows(const Acc& acc, Out* dst, int64_t ld, int rows) {
+  const int r0 = Acc::ElementRow(0, 0);
+  Out* const first = dst + r0 * ld + Acc::ElementCol(0);
+  const int64_t ld8 = 8 * ld;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
-    for (int e = 0; e < 8; e += 2) {
-      const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-      if (r >= rows) continue;
-      const float a = acc.part[i].x[e], b = acc.part[i].x[e + 1];
-      if constexpr (std::is_same_v<Out, float>) {
-        *reinterpret_cast<float2*>(dst + r * ld + col) = make_float2(a, b);
-      } else {
-        *reinterpret_cast<__nv_bfloat162*>(dst + r * ld + col) = __floats2bfloat162_rn(a, b);
+    for (int half = 0; half < 2; ++half) {
+      if (r0 + 32 * i + 8 * half >= rows) continue;
+      Out* const row = first + (4 * i + half) * ld8;
+#pragma unroll
+      for (int n8 = 0; n8 < 2; ++n8) {
+        const int e = 4 * n8 + 2 * half;
+        const float a = acc.part[i].x[e], b = acc.part[i].x[e + 1];
+        if constexpr (std::is_same_v<Out, float>) {
+          *reinterpret_cast<float2*>(row + 8 * n8) = make_float2(a, b);
+        } else {
+          *reinterpret_cast<__nv_bfloat162*>(row + 8 * n8) = __floats2bfloat162_rn(a, b);
+        }
       }
     }
   }

@@ -153,7 +153,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     const float da = lower ? -v : 0.0f;
     x[r * kLd + col] = lower ? da * x[r * kLd + col] : 0.0f;
     if (col < r) {
-      const float ab = tile::RoundTf32(beta[r] * da * __expf(G[r] - G[col]));
+      const float ab = tile::RoundTf32(beta[r] * da * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2));
       y[r * kLdT + col] = ab;
       y[col * kLdT + r] = ab;
     } else if (col == r) {
