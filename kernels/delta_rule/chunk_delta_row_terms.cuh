@@ -18,7 +18,8 @@
 // 3.01 ms per call on the H200). Every slice forms dO Ut^T (one product in five), which dq and
 // dk need whole: recomputing it beats a round trip through memory and a kernel of its own (the
 // row gradients, when a second kernel took dM, S dO, dKd and dX from fp32 scratch, cost 1240 us
-// per call at (1,8192,96,128) beside this kernel's 915; it now takes 1192 with their work).
+// per call at (1,8192,96,128) beside this kernel's 915; it took 1192 with their work, 1138 since
+// its epilogue's instructions were cut).
 //
 // Each V step copies its five bf16 tiles with cp.async, all in flight at once (S and dS' as the
 // state passes copied them, dO, Ut and dUt), and every product is a bf16 product accumulated in

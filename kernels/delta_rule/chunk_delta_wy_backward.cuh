@@ -33,7 +33,7 @@ namespace flame::kernels::delta_chunk::tiles {
 // against the v tile as copied. Once dA is whole, (dW, K, dk_r) again: dX = T^T dW formed a second
 // time (a 64 x 64 x 64 product; stored and read back in fp32 it cost more in memory traffic), and
 // dk finished on its accumulator. (With dX and dA in fp32 scratch for a kernel of their own, that
-// kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now 982.)
+// kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now 941.)
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   // T and dT at leading dimension kLd (T read transposed by the slices' paired loads and as
