@@ -140,10 +140,10 @@ struct StateTiles {
 
   __device__ static int Row(int j) { return j * kBT + WarpRow(); }
   __device__ static int Col(int t) { return WarpCol() + 32 * t; }
-  // From / to the block's columns of a K x V fp32 state in global memory (src at row 0, the
-  // block's column 0; null: zeros), the lane's own elements, two adjacent columns per access:
-  // once per block, so no staging through shared memory.
-  __device__ void LoadGlobal(const float* src, int v_dim) {
+  // f(j, t, e, at) for each pair (x[e], x[e + 1]) of part[j][t] the lane holds, `at` its
+  // element offset in a K x V fp32 state from the block's column 0 of row 0 (rows v_dim apart).
+  template <typename F>
+  __device__ static void ForGlobalPairs(int v_dim, F f) {
 #pragma unroll
     for (int j = 0; j < kNk; ++j) {
 #pragma unroll
@@ -152,27 +152,24 @@ struct StateTiles {
         for (int e = 0; e < 8; e += 2) {
           const int r = Row(j) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
           const int c = Col(t) + 8 * (e / 4) + WarpAcc16::LaneCol();
-          const float2 v = src ? *reinterpret_cast<const float2*>(src + int64_t{r} * v_dim + c)
-                               : make_float2(0.0f, 0.0f);
-          part[j][t].x[e] = v.x, part[j][t].x[e + 1] = v.y;
+          f(j, t, e, int64_t{r} * v_dim + c);
         }
       }
     }
   }
+  // From / to the block's columns of a K x V fp32 state in global memory (src at row 0, the
+  // block's column 0; null: zeros), the lane's own elements, two adjacent columns per access:
+  // once per block, so no staging through shared memory.
+  __device__ void LoadGlobal(const float* src, int v_dim) {
+    ForGlobalPairs(v_dim, [&](int j, int t, int e, int64_t at) {
+      const float2 v = src ? *reinterpret_cast<const float2*>(src + at) : make_float2(0.0f, 0.0f);
+      part[j][t].x[e] = v.x, part[j][t].x[e + 1] = v.y;
+    });
+  }
   __device__ void StoreGlobal(float* dst, int v_dim) const {
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          const int r = Row(j) + WarpAcc16::LaneRow() + 8 * (e / 2 % 2);
-          const int c = Col(t) + 8 * (e / 4) + WarpAcc16::LaneCol();
-          *reinterpret_cast<float2*>(dst + int64_t{r} * v_dim + c) =
-              make_float2(part[j][t].x[e], part[j][t].x[e + 1]);
-        }
-      }
-    }
+    ForGlobalPairs(v_dim, [&](int j, int t, int e, int64_t at) {
+      *reinterpret_cast<float2*>(dst + at) = make_float2(part[j][t].x[e], part[j][t].x[e + 1]);
+    });
   }
   // To a bf16 K x kBV slice in shared memory (leading dimension kLdSb): own tiles only (the
   // products' copy; the registers keep fp32).
