@@ -16,19 +16,18 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// M (fp32, leading dimension kLd: read transposed by the paired loads of the fp32 x bf16
-// product, conflict-free at 4 mod 16), then the bf16 dO tile.
-inline size_t LocalValueGradsSmem() { return kTile * sizeof(float) + kBf16Tile * sizeof(bf16); }
+// M and the dO tile, bf16 (leading dimension kLdBf16; M read transposed by ldmatrix).
+inline size_t LocalValueGradsSmem() { return 2 * kBf16Tile * sizeof(bf16); }
 
 __global__ void __launch_bounds__(kThreads, 3) LocalValueGradsKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* M = reinterpret_cast<float*>(smem4);
-  bf16* d_o = reinterpret_cast<bf16*>(M + kTile);
+  bf16* M = reinterpret_cast<bf16*>(smem4);
+  bf16* d_o = M + kBf16Tile;
   const ChunkDeltaParams& p = b.p;
   // A chunk's V slices are adjacent blocks: its M comes from L2 after the first.
   const int nv = p.v_dim / kBT, chunk = blockIdx.x / nv, h = blockIdx.y, v0 = blockIdx.x % nv * kBT;
   const Chunk c = LocateChunk(p, chunk);
-  IssueMat<kLd>(M, b.s.M + Mat(p, chunk, h));
+  TokTilePieces(kBT).Issue(M, b.s.M + Mat(p, chunk, h), kBT, 1);
   TokTilePieces(p.v_strides.token)
       .Issue(d_o, p.d_o + In(p.v_strides, c.batch, c.t0, h) + v0, c.rows, 1);
   __pipeline_commit();
@@ -36,7 +35,7 @@ __global__ void __launch_bounds__(kThreads, 3) LocalValueGradsKernel(StepBase b)
   __syncthreads();
   Acc acc;
   acc.Zero();
-  tile::MmaTf32Bf16Acc64<false>(acc, kBT, M, kLd, d_o, kLdBf16);
+  tile::MmaBf16Acc64<false, true>(acc, kBT, M, kLdBf16, d_o, kLdBf16);
   acc.Scale(p.scale);
   StoreAccRows(acc, TokPtr(b.s.MtdO, p, c, 0, h, p.v_dim) + v0, int64_t{p.heads} * p.v_dim, c.rows);
 }

@@ -22,12 +22,12 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 // Shared memory, in this order: two stages of a bf16 query tile and a bf16 state slice (leading
-// dimension kLdBf16), M (kLdT, the paired A loads of the fp32 x bf16 product), Ut (bf16), G.
+// dimension kLdBf16), M and Ut (bf16, kLdBf16), G.
 constexpr int kOutputQueryBytes = kBf16Tile * 2;
 constexpr int kOutputStateBytes = kBf16Tile * 2;
 
 inline size_t OutputSmem() {
-  return 2 * (kOutputQueryBytes + kOutputStateBytes) + kBT * kLdT * 4 + kBf16Tile * 2 + kBT * 4;
+  return 2 * (kOutputQueryBytes + kOutputStateBytes) + 2 * kBf16Tile * 2 + kBT * 4;
 }
 
 __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
@@ -37,8 +37,8 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
   char* at = reinterpret_cast<char*>(smem4);
   bf16* q_stages = reinterpret_cast<bf16*>(at);
   bf16* s_stages = reinterpret_cast<bf16*>(at + 2 * kOutputQueryBytes);
-  float* M = reinterpret_cast<float*>(at + 2 * (kOutputQueryBytes + kOutputStateBytes));
-  bf16* ut = reinterpret_cast<bf16*>(M + kBT * kLdT);
+  bf16* M = reinterpret_cast<bf16*>(at + 2 * (kOutputQueryBytes + kOutputStateBytes));
+  bf16* ut = M + kBf16Tile;
   float* G = reinterpret_cast<float*>(ut + kBf16Tile);
   // A chunk's V slices are adjacent blocks: its queries and M come from L2 after the first.
   const int nv = V / kBT, chunk = blockIdx.x / nv, h = blockIdx.y, v0 = blockIdx.x % nv * kBT;
@@ -53,7 +53,7 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
     state_pieces.Issue(s_stages + j % 2 * kBf16Tile, s_chunk + int64_t{j} * kBT * V, kBT, 1);
   };
   issue_slice(0);
-  IssueMat<kLdT>(M, b.s.M + Mat(p, chunk, h));
+  TokTilePieces(kBT).Issue(M, b.s.M + Mat(p, chunk, h), kBT, 1);
   ut_pieces.Issue(ut, TokPtr(b.s.Ut, p, c, 0, h, V) + v0, c.rows, 1);
   IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
   __pipeline_commit();
@@ -73,7 +73,7 @@ __global__ void __launch_bounds__(kThreads, 2) OutputKernel(StepBase b) {
     __pipeline_commit();
   }
   acc.Transform([&](int r, int, float x) { return x * __expf(G[r]); });
-  tile::MmaTf32Bf16Acc64(acc, kBT, M, kLdT, ut, kLdBf16);
+  tile::MmaBf16Acc64<true, true>(acc, kBT, M, kLdBf16, ut, kLdBf16);
   acc.Scale(p.scale);
   // Out through the first query stage, in 16-byte row pieces.
   __syncthreads();

@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
       tile::MmaBf16Acc64<true, false>(kk, kBT, k, kLdBf16, k, kLdBf16);
     }
     // The lane's elements in adjacent pairs (x[e], x[e + 1]: columns col, col + 1 of one row).
-    float* M = b.s.M + Mat(p, chunk, h);
+    bf16* M = b.s.M + Mat(p, chunk, h);
     float* KD = b.s.KD != nullptr ? b.s.KD + Mat(p, chunk, h) : nullptr;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -68,11 +68,12 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
         const float* x_kk = kk.part[i].x + e;
         const float d0 = r < c.rows && col <= r ? __expf(G[r] - G[col]) : 0.0f;
         const float d1 = r < c.rows && col + 1 <= r ? __expf(G[r] - G[col + 1]) : 0.0f;
-        // M is an operand as it is in StateBackward: rounded to TF32.
-        const float2 m = make_float2(tile::RoundTf32(x_qk[0] * d0), tile::RoundTf32(x_qk[1] * d1));
+        // M in bf16: the output's and LocalValueGrads' bf16 products read it (fla's output
+        // kernel takes its score matrix in bf16 too), at half the bytes of fp32.
+        const __nv_bfloat162 m = __floats2bfloat162_rn(x_qk[0] * d0, x_qk[1] * d1);
         const float2 kd =
             make_float2(col < r ? x_kk[0] * d0 : 0.0f, col + 1 < r ? x_kk[1] * d1 : 0.0f);
-        *reinterpret_cast<float2*>(M + r * kBT + col) = m;
+        *reinterpret_cast<__nv_bfloat162*>(M + r * kBT + col) = m;
         *reinterpret_cast<float2*>(y + r * kLd + col) = make_float2(beta[r] * kd.x, beta[r] * kd.y);
         if (KD != nullptr) *reinterpret_cast<float2*>(KD + r * kBT + col) = kd;
       }

@@ -39,14 +39,15 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 // Shared memory: the V step's five bf16 tiles (leading dimension kLdBf16), whose space dMD's two
-// bf16 tiles take after the loop; the slice's q and k tiles; M (kLd), made P in place by the
-// first slice; G and the rows' factors gamma and exp(G_L - G); the row parts of dG (four warps per
-// row); P's row sums; the warps' parts of <S, dS'> and of the decayed key sum.
+// bf16 tiles take after the loop; the slice's q and k tiles; M (bf16) and P (fp32, kLd), the
+// first slice's; G and the rows' factors gamma and exp(G_L - G); the row parts of dG (four warps
+// per row); P's row sums; the warps' parts of <S, dS'> and of the decayed key sum.
 struct RowTermsLayout {
   static constexpr int kStep = 5 * kBf16Tile * 2;  // bytes
   static constexpr int kQK = kStep;
   static constexpr int kM = kQK + 2 * kBf16Tile * 2;
-  static constexpr int kG = kM + kTile * 4;
+  static constexpr int kP = kM + kBf16Tile * 2;
+  static constexpr int kG = kP + kTile * 4;
   static constexpr int kRowParts = kG + 3 * kBT * 4;
   static constexpr int kPSums = kRowParts + tile::kAcc64ColumnTiles * kBT * 4;
   static constexpr int kWarpSums = kPSums + kBT * 4;
@@ -68,7 +69,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   bf16* dmd_lo = dmd_hi + kBf16Tile;
   bf16* q = reinterpret_cast<bf16*>(at + L::kQK);
   bf16* k = q + kBf16Tile;
-  float* P = reinterpret_cast<float*>(at + L::kM);  // M, then P (first slice only)
+  bf16* M = reinterpret_cast<bf16*>(at + L::kM);  // M and P = dM * M: the first slice's
+  float* P = reinterpret_cast<float*>(at + L::kP);
   float* G = reinterpret_cast<float*>(at + L::kG);
   float* gamma = G + kBT;
   float* decay = gamma + kBT;  // exp(G_L - G)
@@ -86,7 +88,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   qk_pieces.Issue(q, b.s.qn + Tok(p, c.row, h, K) + k0, c.rows, 1);
   qk_pieces.Issue(k, b.s.kn + Tok(p, c.row, h, K) + k0, c.rows, 1);
   IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
-  if (first_slice) IssueMat<kLd>(P, b.s.M + Mat(p, chunk, h));
+  if (first_slice) {
+    TokTilePieces(kBT).Issue(M, b.s.M + Mat(p, chunk, h), kBT, 1);
+  }
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
@@ -127,7 +131,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // Each decay exp(G_r - G_j) is one MUFU.EX2 (ptx::Exp2; terms past the diagonal, whose exponent
   // is positive, are selected away), with no branch per element: expf's range test and a branch
   // per element around the loads of G took ~800 of the kernel's ~2100 SASS instructions (now
-  // ~320). P over M too.
+  // ~320). P = dM * M too.
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -139,10 +143,10 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
           dmd_hi + r * kLdBf16 + col, dmd_lo + r * kLdBf16 + col,
           col <= r ? f * a * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 0.0f,
           col + 1 <= r ? f * b * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
-      if (first_slice) {  // P over M, in place
-        float2* at = reinterpret_cast<float2*>(P + r * kLd + col);
-        const float2 mv = *at;
-        *at = make_float2(col < r ? f * a * mv.x : 0.0f, col + 1 < r ? f * b * mv.y : 0.0f);
+      if (first_slice) {
+        const float2 mv = tile::TilePairAt(M, r, col);
+        *reinterpret_cast<float2*>(P + r * kLd + col) =
+            make_float2(col < r ? f * a * mv.x : 0.0f, col + 1 < r ? f * b * mv.y : 0.0f);
       }
     }
   }

@@ -58,7 +58,7 @@ struct Scratch {
   float* bt;                // [R,H]    beta
   float* g;                 // [R,H]    log decay (0 for the ungated rule)
   float* G;                 // [R,H]    chunk-local inclusive cumsum of g
-  float* M;                 // chunk matrix: tril(Q K^T * D)
+  __nv_bfloat16* M;         // chunk matrix: tril(Q K^T * D) (bf16)
   __nv_bfloat16* W;         // [R,H,K]  W = T diag(beta gamma) K (bf16), for the state passes
   __nv_bfloat16* U;         // [R,H,V]  U = T diag(beta) V (bf16); null in a backward given
                             //          the kept states (only StateForwardKernel reads it)
@@ -166,17 +166,18 @@ inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s)
   const size_t ut = AlignUp(rows * p.v_dim * sizeof(__nv_bfloat16));
   const size_t states = AlignUp(chunks * p.k_dim * p.v_dim * sizeof(__nv_bfloat16));
   const size_t w = AlignUp(rows * p.k_dim * sizeof(__nv_bfloat16));
+  const size_t m = AlignUp(chunks * kBT * kBT * sizeof(__nv_bfloat16));
   const size_t mat = AlignUp(chunks * kBT * kBT * sizeof(float));
   if (base != nullptr) {
     char* at = static_cast<char*>(base);
     s->Ut = reinterpret_cast<__nv_bfloat16*>(at);
     s->S = reinterpret_cast<__nv_bfloat16*>(at += ut);
     s->W = reinterpret_cast<__nv_bfloat16*>(at += states);
-    s->M = reinterpret_cast<float*>(at += w);
-    s->T = reinterpret_cast<float*>(at += mat);
+    s->M = reinterpret_cast<__nv_bfloat16*>(at += w);
+    s->T = reinterpret_cast<float*>(at += m);
     s->KD = reinterpret_cast<float*>(at + mat);
   }
-  return ut + states + w + 3 * mat;
+  return ut + states + w + m + 2 * mat;
 }
 
 // Carves the scratch from `base` (null: only measures). Returns the bytes used.

@@ -27,8 +27,9 @@ TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   const size_t ut = 2 * 100 * 2 * 64 * 2;      // the new values, bf16 [B*T, H, V]
   const size_t states = 4 * 2 * 128 * 64 * 2;  // bf16 per chunk and head
   const size_t w = 2 * 100 * 2 * 128 * 2;      // W, bf16 [B*T, H, K]
-  const size_t matrix = 4 * 2 * 64 * 64 * 4;   // M, T and KD: fp32 64 x 64 per chunk and head
-  const size_t kept_bytes = ut + states + w + 3 * matrix;
+  const size_t m = 4 * 2 * 64 * 64 * 2;        // M: bf16 64 x 64 per chunk and head
+  const size_t matrix = 4 * 2 * 64 * 64 * 4;   // T and KD: fp32 64 x 64 per chunk and head
+  const size_t kept_bytes = ut + states + w + m + 2 * matrix;
   EXPECT_EQ(DeltaRuleChunkStatesBytes(p), kept_bytes);
   EXPECT_EQ(GatedDeltaRuleChunkStatesBytes(p), kept_bytes);
   const size_t forward = DeltaRuleChunkWorkspaceBytes(p, false);
@@ -36,7 +37,7 @@ TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   alignas(256) static unsigned char kept[512];
   p.chunk_states = kept;
   // The forward without M, W and the states; T and KD it writes only where they are kept.
-  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, false), forward - (ut + states + w + matrix));
+  EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, false), forward - (ut + states + w + m));
   // ... and the backward then needs no U = T diag(beta) V either (the size of the new values).
   EXPECT_EQ(DeltaRuleChunkWorkspaceBytes(p, true), backward - kept_bytes - ut);
   p.chunk_states = kept + 16;  // the launchers want them 256-byte aligned, like the workspace
