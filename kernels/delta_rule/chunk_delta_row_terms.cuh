@@ -137,16 +137,16 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
 #pragma unroll
     for (int e = 0; e < 8; e += 2) {
       const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
-      const float a = dm.part[i].x[e], b = dm.part[i].x[e + 1];
+      const float dm0 = dm.part[i].x[e], dm1 = dm.part[i].x[e + 1];
       const float f = r < c.rows ? p.scale : 0.0f;
       tile::StoreSplitBf16Pair(
           dmd_hi + r * kLdBf16 + col, dmd_lo + r * kLdBf16 + col,
-          col <= r ? f * a * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 0.0f,
-          col + 1 <= r ? f * b * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
+          col <= r ? f * dm0 * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 0.0f,
+          col + 1 <= r ? f * dm1 * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
       if (first_slice) {
         const float2 mv = tile::TilePairAt(M, r, col);
         *reinterpret_cast<float2*>(P + r * kLd + col) =
-            make_float2(col < r ? f * a * mv.x : 0.0f, col + 1 < r ? f * b * mv.y : 0.0f);
+            make_float2(col < r ? f * dm0 * mv.x : 0.0f, col + 1 < r ? f * dm1 * mv.y : 0.0f);
       }
     }
   }
