@@ -5,8 +5,8 @@
 //
 // Every operand reaches shared memory by cp.async, with no pass through registers and no
 // conversion: the bf16 queries and chunk states (Q S is a bf16 product; the state pass stores
-// the bf16 copy of S it multiplies itself), the bf16 Ut and M (ChunkPrepare's TF32 values; M Ut
-// is an fp32 x bf16 product). The row factor gamma and the scale apply to the accumulators, not
+// the bf16 copy of S it multiplies itself), the bf16 Ut and M (ChunkPrepare stores M in bf16, so
+// M Ut is a bf16 product too). The row factor gamma and the scale apply to the accumulators, not
 // to the operands. The queries and states go through two stages of 64-wide K slices (at K <= 128
 // every slice is in flight at once); M, Ut and G arrive with the first stage.
 #pragma once
