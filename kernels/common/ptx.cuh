@@ -46,6 +46,27 @@ __device__ __forceinline__ void LoadMatrix4Trans(uint32_t (&r)[4], uint32_t addr
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(addr));
 }
+// The inverse of LoadMatrix4Trans (stmatrix, sm_90): four 8 x 8 bf16 matrices, lane l giving
+// the address of row l % 8 of matrix l / 8; r[m] holds the lane's pair of matrix m, rows 2 (l % 4)
+// and + 1 of column l / 4 (low half first). So a warp's A-layout fragment of a 16 x 16 block lands
+// transposed. Its callers run on sm_90 only; elsewhere it traps.
+__device__ __forceinline__ void StoreMatrix4Trans(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+      "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// 16 bytes from global to shared memory, asynchronously (cp.async.cg: through L2 only; completed
+// by __pipeline_commit / __pipeline_wait_prior); src_bytes = 0 writes zeros.
+__device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+               "r"(src_bytes)
+               : "memory");
+}
 // c += a b for one m16n8k16 bf16 tile.
 __device__ __forceinline__ void MmaM16N8K16Bf16(float* c, const uint32_t (&a)[4], uint32_t b0,
                                                 uint32_t b1) {

@@ -15,6 +15,8 @@
 #include "kernels/common/launch_checks.h"
 #include "kernels/common/launch_waves.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
+#include "kernels/delta_rule/chunk_delta_column_backward.cuh"
+#include "kernels/delta_rule/chunk_delta_column_forward.cuh"
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
@@ -53,16 +55,25 @@ inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, co
   return cudaGetLastError();
 }
 
-// A variant of a state pass: its kernel, shared memory and value columns per block (its grid is
-// (V / cols, H, N)).
+// A variant of a state pass: its kernel, shared memory, value columns and threads per block (its
+// grid is (V / cols, H, N)).
 struct PassVariant {
   void (*kernel)(StepBase) = nullptr;
   size_t smem = 0;
   int cols = 0;
+  int threads = tiles::kThreads;
 };
 
 inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
   return dim3(p.v_dim / v.cols, p.heads, p.num_seqs);
+}
+
+inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStream_t stream) {
+  cudaError_t err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                         static_cast<int>(v.smem));
+  if (err != cudaSuccess) return err;
+  v.kernel<<<PassGrid(base.p, v), v.threads, v.smem, stream>>>(base);
+  return cudaGetLastError();
 }
 
 // Of a pass's variants, the one that runs its blocks in the fewest waves on this device (blocks
@@ -74,29 +85,71 @@ inline cudaError_t PickVariant(const ChunkDeltaParams& p,
                                std::initializer_list<PassVariant> variants, PassVariant* picked) {
   int64_t best_waves = 0;
   for (const PassVariant& v : variants) {
+    if (p.v_dim % v.cols != 0) continue;
     const dim3 grid = PassGrid(p, v);
     int64_t waves = 0;
-    const cudaError_t err = GridWaves(reinterpret_cast<const void*>(v.kernel), tiles::kThreads,
-                                      v.smem, int64_t{grid.x} * grid.y * grid.z, &waves);
+    const cudaError_t err = GridWaves(reinterpret_cast<const void*>(v.kernel), v.threads, v.smem,
+                                      int64_t{grid.x} * grid.y * grid.z, &waves);
     if (err != cudaSuccess) return err;
     if (waves > 0 && (best_waves == 0 || waves < best_waves)) best_waves = waves, *picked = v;
   }
   return best_waves > 0 ? cudaSuccess : cudaErrorNotSupported;
 }
 
-// The forward pass's variants: 32 or 64 value columns per block.
+// Whether this binary and the current device run the sm_90a warpgroup products.
+inline bool HasWarpgroupProducts() {
+#ifdef FLAME_KERNELS_SM90A
+  int device = 0, major = 0, minor = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+         major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
+
+// Whether the state passes run in column form on warpgroup products (chunk_delta_columns.cuh): on
+// the H100/H200, for K <= 128, where the batch has a warpgroup's 64 value columns for every
+// multiprocessor. They hold fewer warps per state slice than the mma.sync passes (one per 16
+// columns, all of K), so they need the width: measured on the H200, the forward pass at (1, 8192,
+// 96, 128) 576 -> 419 us, but at (2, 16384, 16, 128) (64 warpgroups) 1.14 -> 1.53 ms; at K = 256
+// their tile sets fit one block of one warpgroup per multiprocessor (slower there too).
+inline bool UseColumnPasses(const ChunkDeltaParams& p) {
+  int sms = 0;
+  return p.k_dim <= 2 * kBT && HasWarpgroupProducts() && MultiprocessorCount(&sms) == cudaSuccess &&
+         int64_t{p.v_dim / 64} * p.heads * p.num_seqs >= sms;
+}
+
+// The forward pass's variants: the column pass at 128 or 64 value columns per block, or the
+// mma.sync pass at 32 or 64.
 inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, PassVariant* picked) {
-  const int nk = p.k_dim / kBT;
+  const int nk = p.k_dim / kBT, K = p.k_dim;
+  if (UseColumnPasses(p)) {
+    using tiles::StateForwardWgmmaFor, tiles::StateForwardWgmmaSmem;
+    return PickVariant(p,
+                       {{StateForwardWgmmaFor<2>(nk), StateForwardWgmmaSmem(K, 2), 128, 256},
+                        {StateForwardWgmmaFor<1>(nk), StateForwardWgmmaSmem(K, 1), 64, 128}},
+                       picked);
+  }
   return PickVariant(p,
-                     {{tiles::StateForwardFor(nk, 32), tiles::StateForwardSmem(p.k_dim, 32), 32},
-                      {tiles::StateForwardFor(nk, 64), tiles::StateForwardSmem(p.k_dim, 64), 64}},
+                     {{tiles::StateForwardFor(nk, 32), tiles::StateForwardSmem(K, 32), 32},
+                      {tiles::StateForwardFor(nk, 64), tiles::StateForwardSmem(K, 64), 64}},
                      picked);
 }
 
-// The backward pass's: all of a chunk's tiles double-buffered, or only the keys (see
-// StateBackwardKernel), each at 32 or 64 value columns.
+// The backward pass's: the column pass at 128 or 64 value columns per block; or the mma.sync
+// pass with all of a chunk's tiles double-buffered, or only the keys (see StateBackwardKernel),
+// each at 32 or 64 value columns.
 inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
+  if (UseColumnPasses(p)) {
+    using tiles::StateBackwardWgmmaFor, tiles::StateBackwardWgmmaSmem;
+    return PickVariant(p,
+                       {{StateBackwardWgmmaFor<2>(nk), StateBackwardWgmmaSmem(K, 2), 128, 256},
+                        {StateBackwardWgmmaFor<1>(nk), StateBackwardWgmmaSmem(K, 1), 64, 128}},
+                       picked);
+  }
   return PickVariant(
       p,
       {{tiles::StateBackwardFor(nk, false, 32), tiles::StateBackwardSmem(K, false, 32), 32},
@@ -168,7 +221,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
   }
   PassVariant pass;
   if ((err = PickForwardPass(p, &pass)) != cudaSuccess ||
-      (err = RunTiles(pass.kernel, PassGrid(p, pass), pass.smem, b, stream)) != cudaSuccess) {
+      (err = RunPass(pass, b, stream)) != cudaSuccess) {
     return err;
   }
   if (!output) return cudaSuccess;
@@ -199,9 +252,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
-  if ((err = RunTiles(pass.kernel, PassGrid(p, pass), pass.smem, b, stream)) != cudaSuccess) {
-    return err;
-  }
+  if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;
   if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
                       tiles::RowTermsSmem(), b, stream)) != cudaSuccess) {
     return err;

@@ -87,7 +87,7 @@ if [ "${SANITIZE:-1}" = 1 ]; then
     san memcheck chunk_simple_gla_test '*' &
     san memcheck chunk_gated_delta_rule_test '*' &
     san racecheck chunk_gla_test '*T130*:*T263*' &
-    san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*:*H72*' &
+    san racecheck chunk_delta_rule_test '*T100*:*T263*varlen5_states*:*H72*:*H64*' &
     wait
   } | tee "$OUT/sanitizers.txt"
   [ "$(grep -c 'rc=0;' "$OUT/sanitizers.txt")" = 5 ] || status=1

@@ -64,9 +64,17 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{false, 1, 263, 2, 128, 64, kOddLengths, 0, true, true, 34},
                       DeltaCase{false, 1, 263, 2, 64, 128, kOddLengths, 0, false, false, 35},
                       DeltaCase{false, 2, 150, 4, 128, 128, {}, 0, false, true, 36},
-                      // 72 heads: 288 state-pass blocks, more than one per multiprocessor on the
-                      // H200, where the launcher picks the backward pass's single-buffered variant.
-                      DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 37}),
+                      // 64 heads: 256 mma.sync state-pass blocks, more than one per
+                      // multiprocessor on the H200, where the launcher picks the backward pass's
+                      // single-buffered variant (128 warpgroups of value columns: too few for the
+                      // column passes).
+                      DeltaCase{false, 1, 130, 64, 128, 128, {}, 0, false, true, 37},
+                      // At least a warpgroup's 64 value columns per multiprocessor (132 on the
+                      // H200): the column passes on warpgroup products, 128 columns a block
+                      // (varlen, K = 64) and 64 (V = 64).
+                      DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 38},
+                      DeltaCase{false, 1, 263, 14, 64, 128, kOddLengths, 0, true, true, 39},
+                      DeltaCase{false, 2, 100, 72, 128, 64, {}, 0, true, false, 40}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace

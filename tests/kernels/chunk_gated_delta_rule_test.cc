@@ -26,9 +26,11 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{true, 1, 263, 2, 128, 64, kOddLengths, 0.1f, true, true, 44},
                       DeltaCase{true, 1, 263, 2, 64, 128, kOddLengths, 1.0f, true, false, 45},
                       DeltaCase{true, 1, 150, 4, 128, 128, {}, 100.0f, true, true, 46},
-                      // 72 heads: the backward pass's single-buffered variant (as in
-                      // chunk_delta_rule_test).
-                      DeltaCase{true, 1, 130, 72, 128, 128, {}, 1.0f, true, true, 47}),
+                      // 64 heads: the mma.sync backward pass's single-buffered variant; 72 and
+                      // the varlen case's 28 x 5: the column passes (as in chunk_delta_rule_test).
+                      DeltaCase{true, 1, 130, 64, 128, 128, {}, 1.0f, true, true, 47},
+                      DeltaCase{true, 1, 130, 72, 128, 128, {}, 10.0f, true, true, 48},
+                      DeltaCase{true, 1, 263, 28, 128, 64, kOddLengths, 0.1f, true, true, 49}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace

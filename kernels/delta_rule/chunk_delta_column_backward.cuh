@@ -1,0 +1,248 @@
+// The backward state pass of the chunked delta rule in column form on warpgroup products
+// (sm_90a; chunk_delta_columns.cuh says what the column form is and why). Per chunk, in reverse,
+// with dS the gradient of the state leaving the chunk:
+//   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + MtdO;
+//   dS = gamma_L dS + Q^T (scale diag(gamma) dO) - W^T dUt,
+// MtdO = scale M^T dO the chunk-local part (LocalValueGradsKernel, for all chunks at once). In
+// the warps' transposed form:
+//   dUt^T = (dS^T K^T) diag(exp(G_L - G)) + MtdO^T:  K / 16 steps of 64 x 64 x 16, B = the keys
+//           (K-major), A = dS^T's bf16 copy in registers;
+//   dS^T  = gamma_L dS^T + dO'^T Q - dUt^T W:  4 + 4 steps of 64 x K x 16, B = the queries and W
+//           (N-major), A = dO'^T = (scale diag(gamma) dO)^T read from the chunk's dO tile, and
+//           dUt^T's bf16 copy negated.
+// MtdO^T goes straight from global memory to the lanes' accumulator places (fp32, 32 scalar
+// loads a lane, in flight during the first product). One block barrier per chunk (the swap of
+// the tile sets) and two warpgroup barriers (the staged stores of dS's copy and dUt).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/delta_rule/chunk_delta_columns.cuh"
+#include "kernels/delta_rule/chunk_delta_state_pass.cuh"  // SeqSources
+
+namespace flame::kernels::delta_chunk::tiles {
+
+// One chunk's tiles of the backward column pass: the keys, the queries and W (64 x K each,
+// core-matrix layout), the block's kBV columns of dO (row-major, leading dimension kBV + 8) and G.
+template <int K, int kBV>
+struct BackwardColumnTileSet {
+  static constexpr int kLdO = kBV + 8;
+  static constexpr int kKeyBytes = kBT * K * 2, kOBytes = kBT * kLdO * 2;
+  static constexpr int kBytes = 3 * kKeyBytes + kOBytes + kBT * 4;
+  static_assert(kBytes % 128 == 0, "core matrices 128-byte aligned in either set");
+  // Byte offsets in a set.
+  static constexpr int kQ = kKeyBytes, kW = 2 * kKeyBytes, kO = 3 * kKeyBytes,
+                       kG = 3 * kKeyBytes + kOBytes;
+};
+
+template <int kNk, int kGroups>
+__global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBase b) {
+#ifdef FLAME_WGMMA_DEVICE
+  constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
+  using Set = BackwardColumnTileSet<K, kBV>;
+  extern __shared__ float4 smem4[];
+  char* sets = reinterpret_cast<char*>(smem4);
+  const uint32_t sets_at = ptx::SharedAddr(sets);
+  const ChunkDeltaParams& p = b.p;
+  const int V = p.v_dim, H = p.heads;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
+  char* stages = sets + 2 * Set::kBytes + group * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes);
+  const GroupStage<K> ds_stage(reinterpret_cast<bf16*>(stages));
+  const GroupStage<kBT> dut_stage(reinterpret_cast<bf16*>(stages + GroupStage<K>::kBytes));
+  const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
+  const int vw = v0 + 16 * warp, vg = v0 + 64 * group;
+  const Seq seq = LocateSeq<kBT>(p, n);
+  const SeqSources src(p, seq, h);
+  const int last = seq.num_chunks - 1;
+  const int64_t ld_k = int64_t{H} * K, ld_v = int64_t{H} * V;
+  // The last chunk's sources and destinations; each chunk before moves them back by a step.
+  const bf16* k_src = b.s.kn + src.TokAt(last, K);
+  const bf16* q_src = b.s.qn + src.TokAt(last, K);
+  const bf16* w_src = b.s.W + src.TokAt(last, K);
+  const bf16* o_src =
+      p.d_o + In(p.v_strides, seq.batch, seq.bos, h) + v0 + int64_t{last} * kBT * p.v_strides.token;
+  const float* G_src = b.s.G + src.TokAt(last, 1);
+  const int g = lane / 4, t = lane % 4;
+  const float* mtdo_src = b.s.MtdO + src.TokAt(last, V) + vw + g + int64_t{2 * t} * ld_v;
+  bf16* dut_dst = GroupStage<kBT>::ThreadDst(b.s.dUt + src.TokAt(last, V) + vg, ld_v);
+  bf16* ds_dst = GroupStage<K>::ThreadDst(b.s.dS + src.StateAt(last, K * V) + vg, V);
+  const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
+  const int64_t state_step = int64_t{H} * K * V, o_step = kBT * p.v_strides.token;
+
+  const CorePieces<kThreadsB, K> key_pieces(ld_k);
+  const RowPieces<kThreadsB, kBV / 8> o_pieces(p.v_strides.token, sets + Set::kO, Set::kLdO * 2,
+                                               [](int c) { return 16 * c; });
+  const auto issue = [&](int it, int ci) {  // chunk ci's tiles into set it % 2
+    const uint32_t set = (it & 1) * Set::kBytes;
+    const int rows = src.Rows(ci);
+    key_pieces.Issue(k_src, sets_at + set, rows);
+    key_pieces.Issue(q_src, sets_at + set + Set::kQ, rows);
+    key_pieces.Issue(w_src, sets_at + set + Set::kW, rows);
+    o_pieces.Issue(o_src, set, rows);
+    float* G = reinterpret_cast<float*>(sets + set + Set::kG);
+    if (threadIdx.x < kBT) {
+      __pipeline_memcpy_async(G + threadIdx.x,
+                              G_src + min(static_cast<int>(threadIdx.x), rows - 1) * H, 4);
+    }
+  };
+
+  // dO^T as an A operand of the warp's columns (transposed ldmatrix of dO's rows); the lane's G
+  // pairs; the products' descriptors (set 0; set 1's start Set::kBytes on).
+  const uint32_t o_at = sets_at + Set::kO +
+                        2 * ((lane % 8 + lane / 16 * 8) * Set::kLdO + lane / 8 % 2 * 8 + 16 * warp);
+  const uint32_t G_at = sets_at + Set::kG + 8 * t;
+  const uint64_t k_desc = wgmma::Descriptor(sets_at, 128, 16 * K);
+  const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::kQ, 16 * K, 128);
+  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::kW, 16 * K, 128);
+
+  WarpRows<K> dS;  // dS^T of the warp's 16 columns
+  if (p.d_final_state) {
+    const float* fin = p.d_final_state + State(p, n, h) + vw;
+    WarpRows<K>::ForTransposed(V, [&](int i, int e, int64_t at) { dS.x[i][e] = fin[at]; });
+  } else {
+    dS.Zero();
+  }
+  if (last >= 0) issue(0, last);
+  __pipeline_commit();
+  for (int it = 0; it <= last; ++it) {
+    const int ci = last - it, rows = src.Rows(ci);
+    const uint32_t set = (it & 1) * Set::kBytes;
+    const uint64_t set_desc = set / 16;
+    __pipeline_wait_prior(0);
+    wgmma::FenceSharedForProducts();
+    __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
+    if (ci > 0) {
+      k_src -= tok_step_k, q_src -= tok_step_k, w_src -= tok_step_k, o_src -= o_step;
+      G_src -= kBT * H;
+      issue(it + 1, ci - 1);
+    }
+    __pipeline_commit();
+
+    // dS^T K^T, dS's bf16 copy stored as dS[chunk] while it multiplies.
+    WarpRows<kBT> du;
+    du.Zero();
+    float(&du_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(du.x);
+#pragma unroll
+    for (int j = 0; j < kNk; ++j) {  // in groups of four k steps, as the forward pass
+      if (j > 0) wgmma::Wait<0>();
+      uint32_t a[4][4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) dS.Bf16A(4 * j + s, a[s]);
+      wgmma::Fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        wgmma::MmaRegA<kBT, false, false>(du_d, a[s],
+                                          k_desc + set_desc + (4 * j + s) * (2 * 128 / 16));
+      }
+      wgmma::Commit();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) ds_stage.Put(4 * j + s, a[s]);
+    }
+    GroupBarrier(group);
+    ds_stage.CopyOut(ds_dst, V, K);
+    // MtdO^T at the lanes' places: token 8 i + 2 t + e % 2, column g + 8 (e / 2); rows past the
+    // chunk's end are zero.
+    float m[WarpRows<kBT>::kTiles][4];
+#pragma unroll
+    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = 8 * i + 2 * t + e % 2;
+        m[i][e] = tok < rows ? mtdo_src[(8 * i + e % 2) * ld_v + 8 * (e / 2)] : 0.0f;
+      }
+    }
+    wgmma::Wait<0>();
+    // dUt^T = (dS^T K^T) diag(exp(G_L - G)) + MtdO^T; its bf16 copy to the scratch (staged) and,
+    // negated, the A operand of W's product.
+    const float* G = reinterpret_cast<const float*>(sets + set + Set::kG);
+    const float G_last = G[rows - 1];
+    if (b.gated) {
+      const float G_last2 = G_last * ptx::kRcpLn2;
+#pragma unroll
+      for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+        const float2 Gp = ptx::LoadShared2(G_at + set + 4 * 8 * i);
+        const float d0 = ptx::Exp2(fmaf(-Gp.x, ptx::kRcpLn2, G_last2));
+        const float d1 = ptx::Exp2(fmaf(-Gp.y, ptx::kRcpLn2, G_last2));
+        du.x[i][0] *= d0, du.x[i][2] *= d0;
+        du.x[i][1] *= d1, du.x[i][3] *= d1;
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) du.x[i][e] += m[i][e];
+    }
+    uint32_t du_a[kBT / 16][4];
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      du.Bf16A(s, du_a[s]);
+      dut_stage.Put(s, du_a[s]);
+    }
+    // dO'^T = (scale diag(gamma) dO)^T from the dO tile, rounded to bf16 again.
+    uint32_t o_a[kBT / 16][4];
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      ptx::LoadMatrix4Trans(o_a[s], o_at + set + 2 * s * 16 * Set::kLdO);
+      float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
+#pragma unroll
+      for (int hi = 0; hi < 2; ++hi) {
+        if (b.gated) {
+          const float2 Gp = ptx::LoadShared2(G_at + set + 4 * (16 * s + 8 * hi));
+          f[hi][0] = p.scale * ptx::Exp2(Gp.x * ptx::kRcpLn2);
+          f[hi][1] = p.scale * ptx::Exp2(Gp.y * ptx::kRcpLn2);
+        } else {
+          f[hi][0] = f[hi][1] = p.scale;
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < 4; ++r) {
+        const float2 x = UnpackBf16(o_a[s][r]);
+        o_a[s][r] = PackBf16(x.x * f[r / 2][0], x.y * f[r / 2][1]);
+      }
+    }
+    // dS^T = gamma_L dS^T + dO'^T Q - dUt^T W, with dUt's stores running meanwhile.
+    if (b.gated) dS.Scale(expf(G_last));
+    float(&ds_d)[K / 2] = reinterpret_cast<float(&)[K / 2]>(dS.x);
+    wgmma::Fence();
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      wgmma::MmaRegA<K, false, true>(ds_d, o_a[s], q_desc + set_desc + s * (2 * 16 * K / 16));
+    }
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      wgmma::MmaRegA<K, true, true>(ds_d, du_a[s], w_desc + set_desc + s * (2 * 16 * K / 16));
+    }
+    wgmma::Commit();
+    GroupBarrier(group);
+    dut_stage.CopyOut(dut_dst, ld_v, rows);
+    dut_dst -= tok_step_v, ds_dst -= state_step, mtdo_src -= tok_step_v;
+    wgmma::Wait<0>();
+  }
+  if (p.d_initial_state) {
+    float* d_init = p.d_initial_state + State(p, n, h) + vw;
+    WarpRows<K>::ForTransposed(V, [&](int i, int e, int64_t at) { d_init[at] = dS.x[i][e]; });
+  }
+#else
+  __trap();  // launched only where the binary has sm_90a code (FLAME_KERNELS_SM90A)
+#endif
+}
+
+inline size_t StateBackwardWgmmaSmem(int k_dim, int groups) {
+  const size_t bv = 64 * groups;
+  const size_t set = 3 * size_t{kBT} * k_dim * 2 + kBT * (bv + 8) * 2 + kBT * 4;
+  return 2 * set + groups * size_t{kLdGroupStage} * 2 * (k_dim + kBT);
+}
+
+// The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).
+template <int kGroups>
+inline void (*StateBackwardWgmmaFor(int nk))(StepBase) {
+  return nk == 1 ? StateBackwardWgmmaKernel<1, kGroups> : StateBackwardWgmmaKernel<2, kGroups>;
+}
+
+}  // namespace flame::kernels::delta_chunk::tiles

@@ -1,0 +1,209 @@
+// The forward state pass of the chunked delta rule in column form on warpgroup products
+// (sm_90a; chunk_delta_columns.cuh says what the column form is and why).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/delta_rule/chunk_delta_columns.cuh"
+#include "kernels/delta_rule/chunk_delta_state_pass.cuh"  // SeqSources
+
+namespace flame::kernels::delta_chunk::tiles {
+
+// One chunk's tiles of the column pass: the keys and W (64 x K each, core-matrix layout), the
+// block's kBV columns of U (row-major, leading dimension kBV + 8) and G.
+template <int K, int kBV>
+struct ColumnTileSet {
+  static constexpr int kLdU = kBV + 8;
+  static constexpr int kKeyBytes = kBT * K * 2, kUBytes = kBT * kLdU * 2;
+  static constexpr int kBytes = 2 * kKeyBytes + kUBytes + kBT * 4;
+  static_assert(kBytes % 128 == 0, "core matrices 128-byte aligned in either set");
+  // Byte offsets in a set.
+  static constexpr int kW = kKeyBytes, kU = 2 * kKeyBytes, kG = 2 * kKeyBytes + kUBytes;
+};
+
+// Per chunk, in order: S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
+// One block per (kBV = 64 kGroups value columns, head, sequence); each warpgroup holds 64 columns
+// of S^T (warp w of the group: 16 of them, as WarpRows<K>) and multiplies on warpgroup products
+// with its A operands in registers:
+//   Ut^T = U^T - S^T W^T:       K / 16 steps of 64 x 64 x 16, B = W (K-major), A negated;
+//   S^T  = gamma_L S^T + Ut'^T K:  4 steps of 64 x K x 16, B = the keys (N-major).
+// W S's A fragments go in groups of four k steps (16 registers), each group's products waited for
+// before the next group's fragments take its registers; the fragments also go to the staging
+// tile, whose copy to the scratch (S[chunk]) runs while the last group multiplies. A chunk's
+// Ut goes out (staged likewise) while the keys' product runs.
+template <int kNk, int kGroups>
+__global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBase b) {
+#ifdef FLAME_WGMMA_DEVICE
+  constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
+  using Set = ColumnTileSet<K, kBV>;
+  extern __shared__ float4 smem4[];
+  char* sets = reinterpret_cast<char*>(smem4);
+  const uint32_t sets_at = ptx::SharedAddr(sets);
+  const ChunkDeltaParams& p = b.p;
+  const int V = p.v_dim, H = p.heads;
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  const int group = warp / 4;
+  // The group's staging tiles: S's copy (K rows), then Ut (64).
+  char* stages = sets + 2 * Set::kBytes + group * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes);
+  const GroupStage<K> s_stage(reinterpret_cast<bf16*>(stages));
+  const GroupStage<kBT> ut_stage(reinterpret_cast<bf16*>(stages + GroupStage<K>::kBytes));
+  const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
+  const int vw = v0 + 16 * warp;        // the warp's first value column
+  const int vg = v0 + 64 * (warp / 4);  // the warpgroup's
+  const Seq seq = LocateSeq<kBT>(p, n);
+  const SeqSources src(p, seq, h);
+  const int64_t ld_k = int64_t{H} * K, ld_v = int64_t{H} * V;
+  // Chunk 0's sources and destinations; each chunk moves them by a fixed step.
+  const bf16* k_src = b.s.kn + src.TokAt(0, K);
+  const bf16* w_src = b.s.W + src.TokAt(0, K);
+  const bf16* u_src = b.s.U + src.TokAt(0, V) + v0;
+  const float* G_src = b.s.G + src.TokAt(0, 1);
+  bf16* ut_dst = GroupStage<kBT>::ThreadDst(b.s.Ut + src.TokAt(0, V) + vg, ld_v);
+  bf16* s_dst = GroupStage<K>::ThreadDst(b.s.S + src.StateAt(0, K * V) + vg, V);
+  const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
+  const int64_t state_step = int64_t{H} * K * V;
+
+  const CorePieces<kThreadsB, K> key_pieces(ld_k);
+  const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kU, Set::kLdU * 2,
+                                               [](int c) { return 16 * c; });
+  const auto issue = [&](int ci) {  // chunk ci's tiles, from the sources' current chunk
+    const uint32_t set = (ci & 1) * Set::kBytes;
+    const int rows = src.Rows(ci);
+    key_pieces.Issue(k_src, sets_at + set, rows);
+    key_pieces.Issue(w_src, sets_at + set + Set::kW, rows);
+    u_pieces.Issue(u_src, set, rows);
+    float* G = reinterpret_cast<float*>(sets + set + Set::kG);
+    if (threadIdx.x < kBT) {
+      __pipeline_memcpy_async(G + threadIdx.x,
+                              G_src + min(static_cast<int>(threadIdx.x), rows - 1) * H, 4);
+    }
+  };
+
+  // U^T as an A operand of the warp's columns (transposed ldmatrix of U's rows), and the lane's
+  // G pairs; the products' descriptors (set 0; set 1's start Set::kBytes on).
+  const uint32_t u_at = sets_at + Set::kU +
+                        2 * ((lane % 8 + lane / 16 * 8) * Set::kLdU + lane / 8 % 2 * 8 + 16 * warp);
+  const uint32_t G_at = sets_at + Set::kG + 8 * (lane % 4);
+  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::kW, 128, 16 * K);
+  const uint64_t k_desc = wgmma::Descriptor(sets_at, 16 * K, 128);
+
+  WarpRows<K> S;  // S^T of the warp's 16 columns
+  if (p.initial_state) {
+    const float* init = p.initial_state + State(p, n, h) + vw;
+    WarpRows<K>::ForTransposed(V, [&](int i, int e, int64_t at) { S.x[i][e] = init[at]; });
+  } else {
+    S.Zero();
+  }
+  if (seq.num_chunks > 0) issue(0);
+  __pipeline_commit();
+  for (int ci = 0; ci < seq.num_chunks; ++ci) {
+    const int rows = src.Rows(ci);
+    const uint32_t set = (ci & 1) * Set::kBytes;
+    const uint64_t set_desc = set / 16;
+    __pipeline_wait_prior(0);
+    wgmma::FenceSharedForProducts();
+    __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
+    if (ci + 1 < seq.num_chunks) {
+      k_src += tok_step_k, w_src += tok_step_k, u_src += tok_step_v, G_src += kBT * H;
+      issue(ci + 1);
+    }
+    __pipeline_commit();
+
+    // Ut^T = U^T - S^T W^T, the accumulators starting from U^T.
+    WarpRows<kBT> ut;
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      uint32_t f[4];
+      ptx::LoadMatrix4Trans(f, u_at + set + 2 * s * 16 * Set::kLdU);
+#pragma unroll
+      for (int m = 0; m < 4; ++m) {
+        const float2 u = UnpackBf16(f[m]);
+        float* x = ut.x[2 * s + m / 2] + 2 * (m % 2);
+        x[0] = u.x, x[1] = u.y;
+      }
+    }
+    float(&ut_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(ut.x);
+#pragma unroll
+    for (int j = 0; j < kNk; ++j) {
+      if (j > 0) wgmma::Wait<0>();  // the group before is done with the fragments' registers
+      uint32_t a[4][4];
+#pragma unroll
+      for (int s = 0; s < 4; ++s) S.Bf16A(4 * j + s, a[s]);
+      wgmma::Fence();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) {
+        wgmma::MmaRegA<kBT, true, false>(ut_d, a[s],
+                                         w_desc + set_desc + (4 * j + s) * (2 * 128 / 16));
+      }
+      wgmma::Commit();
+#pragma unroll
+      for (int s = 0; s < 4; ++s) s_stage.Put(4 * j + s, a[s]);
+    }
+    // S's bf16 copy to the scratch while the products run.
+    GroupBarrier(group);
+    s_stage.CopyOut(s_dst, V, K);
+    wgmma::Wait<0>();
+    // Ut (bf16) to the scratch; for the gated rule, the decays exp(G_L - G) of the lane's tokens
+    // and gamma_L (the ungated rule's are 1: Ut's bf16 copy is the product's operand).
+    uint32_t ut_a[kBT / 16][4];
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      ut.Bf16A(s, ut_a[s]);
+      ut_stage.Put(s, ut_a[s]);
+    }
+    if (b.gated) {
+      const float G_last = reinterpret_cast<const float*>(sets + set + Set::kG)[rows - 1];
+      const float G_last2 = G_last * ptx::kRcpLn2;
+#pragma unroll
+      for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+        const float2 G = ptx::LoadShared2(G_at + set + 4 * 8 * i);
+        const float d0 = ptx::Exp2(fmaf(-G.x, ptx::kRcpLn2, G_last2));
+        const float d1 = ptx::Exp2(fmaf(-G.y, ptx::kRcpLn2, G_last2));
+        ut.x[i][0] *= d0, ut.x[i][2] *= d0;
+        ut.x[i][1] *= d1, ut.x[i][3] *= d1;
+      }
+#pragma unroll
+      for (int s = 0; s < kBT / 16; ++s) ut.Bf16A(s, ut_a[s]);
+      S.Scale(expf(G_last));
+    }
+    // S^T = gamma_L S^T + Ut'^T K, with Ut's stores running meanwhile.
+    float(&s_d)[K / 2] = reinterpret_cast<float(&)[K / 2]>(S.x);
+    wgmma::Fence();
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      wgmma::MmaRegA<K, false, true>(s_d, ut_a[s], k_desc + set_desc + s * (2 * 16 * K / 16));
+    }
+    wgmma::Commit();
+    GroupBarrier(group);
+    ut_stage.CopyOut(ut_dst, ld_v, rows);
+    ut_dst += tok_step_v, s_dst += state_step;
+    wgmma::Wait<0>();
+  }
+  if (p.final_state) {
+    float* fin = p.final_state + State(p, n, h) + vw;
+    WarpRows<K>::ForTransposed(V, [&](int i, int e, int64_t at) { fin[at] = S.x[i][e]; });
+  }
+#else
+  __trap();  // launched only where the binary has sm_90a code (FLAME_KERNELS_SM90A)
+#endif
+}
+
+inline size_t StateForwardWgmmaSmem(int k_dim, int groups) {
+  const size_t bv = 64 * groups;
+  const size_t set = 2 * size_t{kBT} * k_dim * 2 + kBT * (bv + 8) * 2 + kBT * 4;
+  return 2 * set + groups * size_t{kLdGroupStage} * 2 * (k_dim + kBT);
+}
+
+// The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).
+template <int kGroups>
+inline void (*StateForwardWgmmaFor(int nk))(StepBase) {
+  return nk == 1 ? StateForwardWgmmaKernel<1, kGroups> : StateForwardWgmmaKernel<2, kGroups>;
+}
+
+}  // namespace flame::kernels::delta_chunk::tiles

@@ -1,0 +1,212 @@
+// The column form of the delta rule's sequential state passes (formulas in chunk_delta_steps.h):
+// each warp owns 16 value columns of the state (or its gradient) and all of K. The columns evolve
+// independently -- Ut = U - W S and S' = gamma_L S + K^T diag(exp(G_L - G)) Ut act on each column
+// alone, and so do their gradients -- so a warp that holds whole columns never needs another
+// warp's results: the block's warps share only the chunk's tiles (copied by cp.async one chunk
+// ahead into two sets), and a chunk takes one block barrier, the swap of the sets.
+//
+// A warp holds its columns transposed, S^T (16 x K), as mma.sync-layout accumulators (WarpRows),
+// and multiplies from its registers: an accumulator's lane layout is the A-fragment layout of the
+// next product, and a warpgroup's four warps' fragments are the register A operand of a warpgroup
+// product (kernels/common/wgmma.cuh), whose B the tensor cores read once per warpgroup from the
+// shared tiles. The passes: chunk_delta_column_forward.cuh, chunk_delta_column_backward.cuh
+// (sm_90a); the launcher takes them where the batch is wide enough (chunk_delta.cuh,
+// UseColumnPasses), else the mma.sync passes of chunk_delta_state_pass.cuh, which tile the state
+// over the warps in 16 x 16 pieces, so that each product needs the others' pieces in shared
+// memory and a barrier.
+//
+// The scratch keeps the per-chunk states and the new values row-major ([K, V] per chunk,
+// [R, H, V]): a warpgroup stores its bf16 fragments transposed into a staging tile (stmatrix) and
+// copies whole rows from there (GroupStage).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/mma_tile.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/delta_rule/chunk_delta_copies.cuh"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+__device__ __forceinline__ uint32_t PackBf16(float lo, float hi) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+__device__ __forceinline__ float2 UnpackBf16(uint32_t w) {
+  return __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&w));
+}
+
+// 16 rows x kCols fp32 held by one warp as mma.sync accumulators, n8 tile i holding columns
+// 8 i .. 8 i + 7: lane (g, t) = (lane / 4, lane % 4) holds x[i][0..1] = (g, 8 i + 2 t .. + 1) and
+// x[i][2..3] = (g + 8, the same columns).
+template <int kCols>
+struct WarpRows {
+  static constexpr int kTiles = kCols / 8;
+  float x[kTiles][4];
+
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[i][e] = 0.0f;
+    }
+  }
+  __device__ __forceinline__ void Scale(float f) {
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) x[i][e] *= f;
+    }
+  }
+  // The bf16 A fragment (mma.m16n8k16's a0..a3) of columns 16 s .. 16 s + 15.
+  __device__ __forceinline__ void Bf16A(int s, uint32_t (&a)[4]) const {
+    a[0] = PackBf16(x[2 * s][0], x[2 * s][1]);
+    a[1] = PackBf16(x[2 * s][2], x[2 * s][3]);
+    a[2] = PackBf16(x[2 * s + 1][0], x[2 * s + 1][1]);
+    a[3] = PackBf16(x[2 * s + 1][2], x[2 * s + 1][3]);
+  }
+  // f(i, e, at) for each element, `at` its offset in a kCols x V row-major fp32 matrix holding the
+  // transpose (rows = these columns; from the warp's first value column of row 0).
+  template <typename F>
+  __device__ __forceinline__ static void ForTransposed(int v_dim, F f) {
+    const int g = threadIdx.x % 32 / 4, t = threadIdx.x % 4;
+#pragma unroll
+    for (int i = 0; i < kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) f(i, e, int64_t{8 * i + 2 * t + e % 2} * v_dim + g + 8 * (e / 2));
+    }
+  }
+};
+
+// A warpgroup's staging tile for row-major stores of its transposed fragments: kRows rows of its
+// 64 value columns (144-byte rows: stmatrix and the 16-byte reads below are conflict-free). Each
+// warp puts its 16 columns; after the group's barrier, each thread copies 16-byte pieces, a warp
+// instruction 4 whole 128-byte rows (per warp staging, an instruction wrote 16 rows x 32 bytes:
+// 16 lines a store, and the stores' register reads queued behind them -- the pass ran ~150 us
+// longer at (1, 8192, 96, 128) than with no S copy at all).
+constexpr int kLdGroupStage = 72;
+template <int kRows>
+struct GroupStage {
+  static constexpr int kBytes = kRows * kLdGroupStage * 2;
+  const bf16* tile;
+  uint32_t put_at;  // the lane's stmatrix row address
+
+  __device__ explicit GroupStage(const bf16* t) : tile(t) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32 % 4;
+    put_at = ptx::SharedAddr(t + (lane % 8 + lane / 16 * 8) * kLdGroupStage + lane / 8 % 2 * 8 +
+                             16 * warp);
+  }
+  // Rows 16 s .. 16 s + 15 of the warp's 16 columns from the A fragment a of a 16 x 16 block: row
+  // j of the tile is column j of the block.
+  __device__ __forceinline__ void Put(int s, const uint32_t (&a)[4]) const {
+    ptx::StoreMatrix4Trans(put_at + s * 16 * kLdGroupStage * 2, a);
+  }
+  // The thread's first piece in a destination with rows ld apart (dst: row 0 of the group's 64
+  // columns): piece t % 8 of row t / 8 (t: the thread in the group), then 16 rows on at a time.
+  __device__ __forceinline__ static bf16* ThreadDst(bf16* dst, int64_t ld) {
+    const int t = threadIdx.x % 128;
+    return dst + t / 8 * ld + t % 8 * 8;
+  }
+  // Rows [0, rows) of the tile to the destination whose ThreadDst is `at` (rows ld apart); the
+  // group's puts must be complete (GroupBarrier).
+  __device__ __forceinline__ void CopyOut(bf16* at, int64_t ld, int rows) const {
+    const int t = threadIdx.x % 128;
+    const bf16* from = tile + t / 8 * kLdGroupStage + t % 8 * 8;
+#pragma unroll
+    for (int q = 0; q < kRows / 16; ++q) {
+      if (t / 8 + 16 * q < rows) {
+        *reinterpret_cast<uint4*>(at + 16 * q * ld) =
+            *reinterpret_cast<const uint4*>(from + 16 * q * kLdGroupStage);
+      }
+    }
+  }
+};
+
+// The barrier of warpgroup g's 128 threads (g < 2: named barrier 1 + g; 0 is __syncthreads').
+// Immediate ids: with a register id the compiler reserves all 16 barriers.
+__device__ __forceinline__ void GroupBarrier(int g) {
+  if (g == 0) {
+    asm volatile("bar.sync 1, 128;\n" ::: "memory");
+  } else {
+    asm volatile("bar.sync 2, 128;\n" ::: "memory");
+  }
+}
+
+// One thread's share of copying a chunk's 64 rows x kPieces 16-byte pieces of a bf16 tensor into
+// a row-major shared tile (cp.async) by kThreadsB threads: rows r0 + i kRowStep of piece column
+// c, at offsets from the chunk's row 0 fixed per thread, so that a chunk's copy is its base
+// pointer plus constants. Rows past the chunk's end are zero-filled.
+template <int kThreadsB, int kPieces>
+struct RowPieces {
+  static_assert(kThreadsB % kPieces == 0 && kBT * kPieces % kThreadsB == 0, "whole rows a step");
+  static constexpr int kRowStep = kThreadsB / kPieces, kCount = kBT / kRowStep;
+  int r0;
+  int64_t src0, src_step;   // elements from the chunk's row 0
+  uint32_t dst0, dst_step;  // shared-memory bytes
+
+  // dst_at(c): the byte offset of piece column c in row 0 of the destination tile (at dst);
+  // dst_ld: bytes between its rows.
+  template <typename ColumnAt>
+  __device__ RowPieces(int64_t row_stride, const void* dst, int dst_ld, ColumnAt dst_at) {
+    const int c = threadIdx.x % kPieces;
+    r0 = threadIdx.x / kPieces;
+    src0 = r0 * row_stride + 8 * c;
+    src_step = kRowStep * row_stride;
+    dst0 = ptx::SharedAddr(dst) + r0 * dst_ld + dst_at(c);
+    dst_step = kRowStep * dst_ld;
+  }
+  // chunk: the source's row 0; set: a byte offset added to every destination.
+  __device__ __forceinline__ void Issue(const bf16* chunk, uint32_t set, int rows) const {
+    const bf16* from = chunk + src0;
+#pragma unroll
+    for (int i = 0; i < kCount; ++i) {
+      const bool valid = rows == kBT || r0 + i * kRowStep < rows;
+      ptx::CopyAsync16(dst0 + set + i * dst_step, valid ? from + i * src_step : chunk,
+                       valid ? 16 : 0);
+    }
+  }
+};
+
+// One thread's share of copying a chunk's 64 rows x K bf16 (the keys, W) into the no-swizzle
+// core-matrix layout of the warpgroup products: 16-byte piece (row r, columns 8 c .. 8 c + 7) at
+// byte (r / 8) 16 K + 128 c + 16 (r % 8). Per 64-column slice, a warp's 32 pieces are 8 rows x 4
+// consecutive c (global reads of 64-byte runs, one 512-byte run of shared memory); a thread's
+// pieces are 4 kWarps rows apart, at offsets fixed per thread, so that a chunk's copy is its base
+// pointer plus constants. Rows past the chunk's end are zero-filled.
+template <int kThreadsB, int K>
+struct CorePieces {
+  static constexpr int kWarpsB = kThreadsB / 32, kRowStep = 4 * kWarpsB,
+                       kCount = kBT / kRowStep;  // pieces per thread per 64-column slice
+  static_assert(kWarpsB % 2 == 0 && kBT % kRowStep == 0, "4 or 8 warps");
+  int r0;
+  int64_t src0, src_step;  // elements from the chunk's row 0
+  uint32_t dst0;           // bytes from the tile
+
+  __device__ explicit CorePieces(int64_t row_stride) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+    r0 = warp / 2 * 8 + lane % 8;
+    const int c = warp % 2 * 4 + lane / 8;
+    src0 = r0 * row_stride + 8 * c;
+    src_step = kRowStep * row_stride;
+    dst0 = r0 / 8 * (16 * K) + 128 * c + r0 % 8 * 16;
+  }
+  // chunk: the source's row 0; tile: the destination's shared address.
+  __device__ __forceinline__ void Issue(const bf16* chunk, uint32_t tile, int rows) const {
+    const bf16* from = chunk + src0;
+#pragma unroll
+    for (int j = 0; j < K / kBT; ++j) {
+#pragma unroll
+      for (int i = 0; i < kCount; ++i) {
+        const bool valid = rows == kBT || r0 + i * kRowStep < rows;
+        ptx::CopyAsync16(tile + dst0 + j * 1024 + i * (kRowStep / 8) * (16 * K),
+                         valid ? from + j * kBT + i * src_step : chunk, valid ? 16 : 0);
+      }
+    }
+  }
+};
+
+}  // namespace flame::kernels::delta_chunk::tiles
