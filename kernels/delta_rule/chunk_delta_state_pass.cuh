@@ -1,13 +1,14 @@
-// The sequential state passes of the chunked delta rule (formulas in chunk_delta_steps.h), one
-// block per (V slice of kBV = 32 or 64, head, sequence), the K x kBV state slice held in registers
-// in fp32. Slices of 32 give twice the blocks, which the small shapes need: a (4, 2048, 16, 128)
-// batch has only 4 x 16 sequence-heads to spread over 132 multiprocessors; slices of 64 halve the
-// waves where the blocks do not fit at once. The launcher picks by waves (chunk_delta.cuh,
-// PickVariant). Measured on the H200: (8, 4096, 8, 256) forward + backward 4.38 -> 3.73 ms, both
-// passes at 64 columns; (1, 8192, 96, 128)'s forward pass only 588 -> 578 us though its 384 blocks
-// of 32 columns took two waves and its 192 of 64 take one: a multiprocessor that holds two
-// 64-column blocks does the work of four 32-column ones, so the pass is bound by each
-// multiprocessor's throughput there, not by the waves.
+// The sequential state passes of the chunked delta rule (formulas in chunk_delta_steps.h) on
+// mma.sync, one block per (V slice of kBV = 32 or 64, head, sequence), the K x kBV state slice
+// held in registers in fp32. (On the H100/H200, batches wide enough at K <= 128 take the column
+// form on warpgroup products instead: chunk_delta_columns.cuh.) Slices of 32 give twice the blocks,
+// which the small shapes need: a (4, 2048, 16, 128) batch has only 4 x 16 sequence-heads to spread
+// over 132 multiprocessors; slices of 64 halve the waves where the blocks do not fit at once. The
+// launcher picks by waves (chunk_delta.cuh, PickVariant). Measured on the H200: (8, 4096, 8, 256)
+// forward + backward 4.38 -> 3.73 ms, both passes at 64 columns; (1, 8192, 96, 128)'s forward pass
+// only 588 -> 578 us though its 384 blocks of 32 columns took two waves and its 192 of 64 take one:
+// a multiprocessor that holds two 64-column blocks does the work of four 32-column ones, so the
+// pass is bound by each multiprocessor's throughput there, not by the waves.
 //
 // The passes are latency-bound: per chunk they multiply a few 64 x 64 tiles with the state, and
 // every chunk waits for the one before. So all of a chunk's tiles are copied into shared memory

@@ -18,11 +18,15 @@
 //   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U, KD in the backward
 //                                              (chunk_delta_prepare.cuh)
 //   StateForwardKernel    (V/32 or V/64, H, N) sequential over a sequence's chunks: S, Ut
-//                                              (chunk_delta_state_pass.cuh)
+//                                              (chunk_delta_state_pass.cuh; on the H100/H200
+//                                              for wide batches at K <= 128 the column form,
+//                                              StateForwardWgmmaKernel, chunk_delta_columns.cuh,
+//                                              128 or 256 threads)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
 //   LocalValueGradsKernel (chunks, H, V/64)    scale M^T dO, the chunk-local part of dUt
 //                                              (chunk_delta_local_value_grads.cuh)
-//   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto)
+//   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
+//                                              StateBackwardWgmmaKernel)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dq (of the normalised q with the l2norm), dk's
 //                                              row terms, parts of dG (chunk_delta_row_terms.cuh)
 //   WYBackwardKernel      (chunks, H)          through T: dv, dk (of the normalised k with the
