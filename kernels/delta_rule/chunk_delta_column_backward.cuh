@@ -28,24 +28,11 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// One chunk's tiles of the backward column pass: the keys, the queries and W (64 x K each,
-// core-matrix layout), the block's kBV columns of dO (row-major, leading dimension kBV + 8) and G.
-template <int K, int kBV>
-struct BackwardColumnTileSet {
-  static constexpr int kLdO = kBV + 8;
-  static constexpr int kKeyBytes = kBT * K * 2, kOBytes = kBT * kLdO * 2;
-  static constexpr int kBytes = 3 * kKeyBytes + kOBytes + kBT * 4;
-  static_assert(kBytes % 128 == 0, "core matrices 128-byte aligned in either set");
-  // Byte offsets in a set.
-  static constexpr int kQ = kKeyBytes, kW = 2 * kKeyBytes, kO = 3 * kKeyBytes,
-                       kG = 3 * kKeyBytes + kOBytes;
-};
-
 template <int kNk, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
-  using Set = BackwardColumnTileSet<K, kBV>;
+  using Set = ColumnTileSet<K, kBV, 3>;  // the keys, the queries, W; dO
   extern __shared__ float4 smem4[];
   char* sets = reinterpret_cast<char*>(smem4);
   const uint32_t sets_at = ptx::SharedAddr(sets);
@@ -76,14 +63,14 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   const int64_t state_step = int64_t{H} * K * V, o_step = kBT * p.v_strides.token;
 
   const CorePieces<kThreadsB, K> key_pieces(ld_k);
-  const RowPieces<kThreadsB, kBV / 8> o_pieces(p.v_strides.token, sets + Set::kO, Set::kLdO * 2,
-                                               [](int c) { return 16 * c; });
+  const RowPieces<kThreadsB, kBV / 8> o_pieces(p.v_strides.token, sets + Set::kValues,
+                                               Set::kLdValues * 2, [](int c) { return 16 * c; });
   const auto issue = [&](int it, int ci) {  // chunk ci's tiles into set it % 2
     const uint32_t set = (it & 1) * Set::kBytes;
     const int rows = src.Rows(ci);
     key_pieces.Issue(k_src, sets_at + set, rows);
-    key_pieces.Issue(q_src, sets_at + set + Set::kQ, rows);
-    key_pieces.Issue(w_src, sets_at + set + Set::kW, rows);
+    key_pieces.Issue(q_src, sets_at + set + Set::Key(1), rows);
+    key_pieces.Issue(w_src, sets_at + set + Set::Key(2), rows);
     o_pieces.Issue(o_src, set, rows);
     float* G = reinterpret_cast<float*>(sets + set + Set::kG);
     if (threadIdx.x < kBT) {
@@ -94,12 +81,13 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
 
   // dO^T as an A operand of the warp's columns (transposed ldmatrix of dO's rows); the lane's G
   // pairs; the products' descriptors (set 0; set 1's start Set::kBytes on).
-  const uint32_t o_at = sets_at + Set::kO +
-                        2 * ((lane % 8 + lane / 16 * 8) * Set::kLdO + lane / 8 % 2 * 8 + 16 * warp);
+  const uint32_t o_at =
+      sets_at + Set::kValues +
+      2 * ((lane % 8 + lane / 16 * 8) * Set::kLdValues + lane / 8 % 2 * 8 + 16 * warp);
   const uint32_t G_at = sets_at + Set::kG + 8 * t;
   const uint64_t k_desc = wgmma::Descriptor(sets_at, 128, 16 * K);
-  const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::kQ, 16 * K, 128);
-  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::kW, 16 * K, 128);
+  const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::Key(1), 16 * K, 128);
+  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(2), 16 * K, 128);
 
   WarpRows<K> dS;  // dS^T of the warp's 16 columns
   if (p.d_final_state) {
@@ -162,17 +150,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     // negated, the A operand of W's product.
     const float* G = reinterpret_cast<const float*>(sets + set + Set::kG);
     const float G_last = G[rows - 1];
-    if (b.gated) {
-      const float G_last2 = G_last * ptx::kRcpLn2;
-#pragma unroll
-      for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-        const float2 Gp = ptx::LoadShared2(G_at + set + 4 * 8 * i);
-        const float d0 = ptx::Exp2(fmaf(-Gp.x, ptx::kRcpLn2, G_last2));
-        const float d1 = ptx::Exp2(fmaf(-Gp.y, ptx::kRcpLn2, G_last2));
-        du.x[i][0] *= d0, du.x[i][2] *= d0;
-        du.x[i][1] *= d1, du.x[i][3] *= d1;
-      }
-    }
+    if (b.gated) DecayTokens(du, G_at + set, G_last);
 #pragma unroll
     for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
 #pragma unroll
@@ -188,7 +166,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     uint32_t o_a[kBT / 16][4];
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      ptx::LoadMatrix4Trans(o_a[s], o_at + set + 2 * s * 16 * Set::kLdO);
+      ptx::LoadMatrix4Trans(o_a[s], o_at + set + 2 * s * 16 * Set::kLdValues);
       float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
@@ -234,9 +212,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
 }
 
 inline size_t StateBackwardWgmmaSmem(int k_dim, int groups) {
-  const size_t bv = 64 * groups;
-  const size_t set = 3 * size_t{kBT} * k_dim * 2 + kBT * (bv + 8) * 2 + kBT * 4;
-  return 2 * set + groups * size_t{kLdGroupStage} * 2 * (k_dim + kBT);
+  if (k_dim == kBT) {
+    return groups == 1 ? ColumnPassSmem<kBT, 64, 3>() : ColumnPassSmem<kBT, 128, 3>();
+  }
+  return groups == 1 ? ColumnPassSmem<2 * kBT, 64, 3>() : ColumnPassSmem<2 * kBT, 128, 3>();
 }
 
 // The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).

@@ -15,18 +15,6 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// One chunk's tiles of the column pass: the keys and W (64 x K each, core-matrix layout), the
-// block's kBV columns of U (row-major, leading dimension kBV + 8) and G.
-template <int K, int kBV>
-struct ColumnTileSet {
-  static constexpr int kLdU = kBV + 8;
-  static constexpr int kKeyBytes = kBT * K * 2, kUBytes = kBT * kLdU * 2;
-  static constexpr int kBytes = 2 * kKeyBytes + kUBytes + kBT * 4;
-  static_assert(kBytes % 128 == 0, "core matrices 128-byte aligned in either set");
-  // Byte offsets in a set.
-  static constexpr int kW = kKeyBytes, kU = 2 * kKeyBytes, kG = 2 * kKeyBytes + kUBytes;
-};
-
 // Per chunk, in order: S[chunk] = S;  Ut = U - W S;  S = gamma_L S + K^T (diag(exp(G_L - G)) Ut).
 // One block per (kBV = 64 kGroups value columns, head, sequence); each warpgroup holds 64 columns
 // of S^T (warp w of the group: 16 of them, as WarpRows<K>) and multiplies on warpgroup products
@@ -41,7 +29,7 @@ template <int kNk, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
-  using Set = ColumnTileSet<K, kBV>;
+  using Set = ColumnTileSet<K, kBV, 2>;  // the keys, W; U
   extern __shared__ float4 smem4[];
   char* sets = reinterpret_cast<char*>(smem4);
   const uint32_t sets_at = ptx::SharedAddr(sets);
@@ -70,13 +58,13 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const int64_t state_step = int64_t{H} * K * V;
 
   const CorePieces<kThreadsB, K> key_pieces(ld_k);
-  const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kU, Set::kLdU * 2,
+  const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kValues, Set::kLdValues * 2,
                                                [](int c) { return 16 * c; });
   const auto issue = [&](int ci) {  // chunk ci's tiles, from the sources' current chunk
     const uint32_t set = (ci & 1) * Set::kBytes;
     const int rows = src.Rows(ci);
     key_pieces.Issue(k_src, sets_at + set, rows);
-    key_pieces.Issue(w_src, sets_at + set + Set::kW, rows);
+    key_pieces.Issue(w_src, sets_at + set + Set::Key(1), rows);
     u_pieces.Issue(u_src, set, rows);
     float* G = reinterpret_cast<float*>(sets + set + Set::kG);
     if (threadIdx.x < kBT) {
@@ -87,10 +75,11 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
 
   // U^T as an A operand of the warp's columns (transposed ldmatrix of U's rows), and the lane's
   // G pairs; the products' descriptors (set 0; set 1's start Set::kBytes on).
-  const uint32_t u_at = sets_at + Set::kU +
-                        2 * ((lane % 8 + lane / 16 * 8) * Set::kLdU + lane / 8 % 2 * 8 + 16 * warp);
+  const uint32_t u_at =
+      sets_at + Set::kValues +
+      2 * ((lane % 8 + lane / 16 * 8) * Set::kLdValues + lane / 8 % 2 * 8 + 16 * warp);
   const uint32_t G_at = sets_at + Set::kG + 8 * (lane % 4);
-  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::kW, 128, 16 * K);
+  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(1), 128, 16 * K);
   const uint64_t k_desc = wgmma::Descriptor(sets_at, 16 * K, 128);
 
   WarpRows<K> S;  // S^T of the warp's 16 columns
@@ -120,7 +109,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
       uint32_t f[4];
-      ptx::LoadMatrix4Trans(f, u_at + set + 2 * s * 16 * Set::kLdU);
+      ptx::LoadMatrix4Trans(f, u_at + set + 2 * s * 16 * Set::kLdValues);
 #pragma unroll
       for (int m = 0; m < 4; ++m) {
         const float2 u = UnpackBf16(f[m]);
@@ -159,15 +148,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
     }
     if (b.gated) {
       const float G_last = reinterpret_cast<const float*>(sets + set + Set::kG)[rows - 1];
-      const float G_last2 = G_last * ptx::kRcpLn2;
-#pragma unroll
-      for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-        const float2 G = ptx::LoadShared2(G_at + set + 4 * 8 * i);
-        const float d0 = ptx::Exp2(fmaf(-G.x, ptx::kRcpLn2, G_last2));
-        const float d1 = ptx::Exp2(fmaf(-G.y, ptx::kRcpLn2, G_last2));
-        ut.x[i][0] *= d0, ut.x[i][2] *= d0;
-        ut.x[i][1] *= d1, ut.x[i][3] *= d1;
-      }
+      DecayTokens(ut, G_at + set, G_last);
 #pragma unroll
       for (int s = 0; s < kBT / 16; ++s) ut.Bf16A(s, ut_a[s]);
       S.Scale(expf(G_last));
@@ -195,9 +176,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
 }
 
 inline size_t StateForwardWgmmaSmem(int k_dim, int groups) {
-  const size_t bv = 64 * groups;
-  const size_t set = 2 * size_t{kBT} * k_dim * 2 + kBT * (bv + 8) * 2 + kBT * 4;
-  return 2 * set + groups * size_t{kLdGroupStage} * 2 * (k_dim + kBT);
+  if (k_dim == kBT) {
+    return groups == 1 ? ColumnPassSmem<kBT, 64, 2>() : ColumnPassSmem<kBT, 128, 2>();
+  }
+  return groups == 1 ? ColumnPassSmem<2 * kBT, 64, 2>() : ColumnPassSmem<2 * kBT, 128, 2>();
 }
 
 // The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).

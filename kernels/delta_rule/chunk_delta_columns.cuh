@@ -209,4 +209,40 @@ struct CorePieces {
   }
 };
 
+// x(v, tok) *= exp(G_last - G_tok) for the lane's tokens 8 i + 2 t .. + 1 of a warp's 16 x 64
+// columns (G_at: the lane's G pair of token 2 t in shared memory, the chunk's G there).
+__device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, float G_last) {
+  const float G_last2 = G_last * ptx::kRcpLn2;
+#pragma unroll
+  for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+    const float2 G = ptx::LoadShared2(G_at + 4 * 8 * i);
+    const float d0 = ptx::Exp2(fmaf(-G.x, ptx::kRcpLn2, G_last2));
+    const float d1 = ptx::Exp2(fmaf(-G.y, ptx::kRcpLn2, G_last2));
+    x.x[i][0] *= d0, x.x[i][2] *= d0;
+    x.x[i][1] *= d1, x.x[i][3] *= d1;
+  }
+}
+
+// One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands in the core-matrix layout
+// (forward: the keys and W; backward: the keys, the queries and W), the block's kBV value columns
+// of a 64-row bf16 operand (forward U, backward dO; row-major, leading dimension kBV + 8), and G.
+template <int K, int kBV, int kKeyTiles>
+struct ColumnTileSet {
+  static constexpr int kLdValues = kBV + 8;
+  static constexpr int kKeyBytes = kBT * K * 2, kValueBytes = kBT * kLdValues * 2;
+  static constexpr int kBytes = kKeyTiles * kKeyBytes + kValueBytes + kBT * 4;
+  static_assert(kBytes % 128 == 0, "core matrices 128-byte aligned in either set");
+  // Byte offsets in a set: key tile i, the value columns, G.
+  __host__ __device__ static constexpr int Key(int i) { return i * kKeyBytes; }
+  static constexpr int kValues = kKeyTiles * kKeyBytes, kG = kValues + kValueBytes;
+};
+
+// Shared memory of a column pass: two tile sets, and each warpgroup's staging tiles (K rows and
+// 64).
+template <int K, int kBV, int kKeyTiles>
+inline constexpr size_t ColumnPassSmem() {
+  return 2 * ColumnTileSet<K, kBV, kKeyTiles>::kBytes +
+         kBV / 64 * size_t{kLdGroupStage} * 2 * (K + kBT);
+}
+
 }  // namespace flame::kernels::delta_chunk::tiles
