@@ -11,7 +11,7 @@
 //           (N-major), A = dO'^T = (scale diag(gamma) dO)^T read from the chunk's dO tile, and
 //           dUt^T's bf16 copy negated.
 // MtdO^T goes straight from global memory to the lanes' accumulator places (fp32, 32 scalar
-// loads a lane, in flight during the first product). One block barrier per chunk (the swap of
+// loads a lane, one chunk ahead). One block barrier per chunk (the swap of
 // the tile sets) and two warpgroup barriers (the staged stores of dS's copy and dUt).
 #pragma once
 
@@ -96,7 +96,24 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   } else {
     dS.Zero();
   }
-  if (last >= 0) issue(0, last);
+  // MtdO^T at the lanes' places, one chunk ahead (loaded where it is used, the loads' latency
+  // cost the pass 763 -> 639 us at (1, 8192, 96, 128)): token 8 i + 2 t + e % 2, column
+  // g + 8 (e / 2); rows past the chunk's end are zero.
+  const auto load_local = [&](int rows, float(&m)[WarpRows<kBT>::kTiles][4]) {
+#pragma unroll
+    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int tok = 8 * i + 2 * t + e % 2;
+        m[i][e] = tok < rows ? mtdo_src[(8 * i + e % 2) * ld_v + 8 * (e / 2)] : 0.0f;
+      }
+    }
+  };
+  float m_next[WarpRows<kBT>::kTiles][4];
+  if (last >= 0) {
+    issue(0, last);
+    load_local(src.Rows(last), m_next);
+  }
   __pipeline_commit();
   for (int it = 0; it <= last; ++it) {
     const int ci = last - it, rows = src.Rows(ci);
@@ -111,6 +128,16 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
       issue(it + 1, ci - 1);
     }
     __pipeline_commit();
+    float m[WarpRows<kBT>::kTiles][4];
+#pragma unroll
+    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) m[i][e] = m_next[i][e];
+    }
+    if (ci > 0) {
+      mtdo_src -= tok_step_v;
+      load_local(src.Rows(ci - 1), m_next);
+    }
 
     // dS^T K^T, dS's bf16 copy stored as dS[chunk] while it multiplies.
     WarpRows<kBT> du;
@@ -134,17 +161,6 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     }
     GroupBarrier(group);
     ds_stage.CopyOut(ds_dst, V, K);
-    // MtdO^T at the lanes' places: token 8 i + 2 t + e % 2, column g + 8 (e / 2); rows past the
-    // chunk's end are zero.
-    float m[WarpRows<kBT>::kTiles][4];
-#pragma unroll
-    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int tok = 8 * i + 2 * t + e % 2;
-        m[i][e] = tok < rows ? mtdo_src[(8 * i + e % 2) * ld_v + 8 * (e / 2)] : 0.0f;
-      }
-    }
     wgmma::Wait<0>();
     // dUt^T = (dS^T K^T) diag(exp(G_L - G)) + MtdO^T; its bf16 copy to the scratch (staged) and,
     // negated, the A operand of W's product.
@@ -199,7 +215,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     wgmma::Commit();
     GroupBarrier(group);
     dut_stage.CopyOut(dut_dst, ld_v, rows);
-    dut_dst -= tok_step_v, ds_dst -= state_step, mtdo_src -= tok_step_v;
+    dut_dst -= tok_step_v, ds_dst -= state_step;
     wgmma::Wait<0>();
   }
   if (p.d_initial_state) {
