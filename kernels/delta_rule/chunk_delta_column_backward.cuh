@@ -11,8 +11,8 @@
 //           (N-major), A = dO'^T = (scale diag(gamma) dO)^T read from the chunk's dO tile, and
 //           dUt^T's bf16 copy negated.
 // MtdO^T goes straight from global memory to the lanes' accumulator places (fp32, 32 scalar
-// loads a lane, one chunk ahead). One block barrier per chunk (the swap of
-// the tile sets) and two warpgroup barriers (the staged stores of dS's copy and dUt).
+// loads a lane, one chunk ahead). One block barrier per chunk (the swap of the tile sets) and two
+// warpgroup barriers (the staged stores of dS's copy and dUt).
 #pragma once
 
 #include <cuda_bf16.h>
