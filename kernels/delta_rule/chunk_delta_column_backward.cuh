@@ -64,7 +64,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
 
   const CorePieces<kThreadsB, K> key_pieces(ld_k);
   const RowPieces<kThreadsB, kBV / 8> o_pieces(p.v_strides.token, sets + Set::kValues,
-                                               Set::kLdValues * 2, [](int c) { return 16 * c; });
+                                               Set::kLdValues * 2);
   const auto issue = [&](int it, int ci) {  // chunk ci's tiles into set it % 2
     const uint32_t set = (it & 1) * Set::kBytes;
     const int rows = src.Rows(ci);
@@ -72,11 +72,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     key_pieces.Issue(q_src, sets_at + set + Set::Key(1), rows);
     key_pieces.Issue(w_src, sets_at + set + Set::Key(2), rows);
     o_pieces.Issue(o_src, set, rows);
-    float* G = reinterpret_cast<float*>(sets + set + Set::kG);
-    if (threadIdx.x < kBT) {
-      __pipeline_memcpy_async(G + threadIdx.x,
-                              G_src + min(static_cast<int>(threadIdx.x), rows - 1) * H, 4);
-    }
+    IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
   };
 
   // dO^T as an A operand of the warp's columns (transposed ldmatrix of dO's rows); the lane's G

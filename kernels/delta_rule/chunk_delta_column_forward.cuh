@@ -58,19 +58,14 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const int64_t state_step = int64_t{H} * K * V;
 
   const CorePieces<kThreadsB, K> key_pieces(ld_k);
-  const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kValues, Set::kLdValues * 2,
-                                               [](int c) { return 16 * c; });
+  const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kValues, Set::kLdValues * 2);
   const auto issue = [&](int ci) {  // chunk ci's tiles, from the sources' current chunk
     const uint32_t set = (ci & 1) * Set::kBytes;
     const int rows = src.Rows(ci);
     key_pieces.Issue(k_src, sets_at + set, rows);
     key_pieces.Issue(w_src, sets_at + set + Set::Key(1), rows);
     u_pieces.Issue(u_src, set, rows);
-    float* G = reinterpret_cast<float*>(sets + set + Set::kG);
-    if (threadIdx.x < kBT) {
-      __pipeline_memcpy_async(G + threadIdx.x,
-                              G_src + min(static_cast<int>(threadIdx.x), rows - 1) * H, 4);
-    }
+    IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
   };
 
   // U^T as an A operand of the warp's columns (transposed ldmatrix of U's rows), and the lane's

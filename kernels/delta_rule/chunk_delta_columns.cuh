@@ -136,6 +136,16 @@ __device__ __forceinline__ void GroupBarrier(int g) {
   }
 }
 
+// The chunk's G (G: its row 0 in the [R,H] scratch at head h) into shared memory by the block's
+// first 64 threads; rows past the end repeat the last. (IssueRowScalars does the same, and beta;
+// called here it cost the passes' per-chunk copy issue 8 more instructions.)
+__device__ __forceinline__ void IssueChunkG(float* dst, const float* G, int heads, int rows) {
+  if (threadIdx.x < kBT) {
+    const int r = static_cast<int>(threadIdx.x);
+    __pipeline_memcpy_async(dst + r, G + min(r, rows - 1) * heads, 4);
+  }
+}
+
 // One thread's share of copying a chunk's 64 rows x kPieces 16-byte pieces of a bf16 tensor into
 // a row-major shared tile (cp.async) by kThreadsB threads: rows r0 + i kRowStep of piece column
 // c, at offsets from the chunk's row 0 fixed per thread, so that a chunk's copy is its base
@@ -148,15 +158,13 @@ struct RowPieces {
   int64_t src0, src_step;   // elements from the chunk's row 0
   uint32_t dst0, dst_step;  // shared-memory bytes
 
-  // dst_at(c): the byte offset of piece column c in row 0 of the destination tile (at dst);
-  // dst_ld: bytes between its rows.
-  template <typename ColumnAt>
-  __device__ RowPieces(int64_t row_stride, const void* dst, int dst_ld, ColumnAt dst_at) {
+  // dst: the destination tile, dst_ld bytes between its rows.
+  __device__ RowPieces(int64_t row_stride, const void* dst, int dst_ld) {
     const int c = threadIdx.x % kPieces;
     r0 = threadIdx.x / kPieces;
     src0 = r0 * row_stride + 8 * c;
     src_step = kRowStep * row_stride;
-    dst0 = ptx::SharedAddr(dst) + r0 * dst_ld + dst_at(c);
+    dst0 = ptx::SharedAddr(dst) + r0 * dst_ld + 16 * c;
     dst_step = kRowStep * dst_ld;
   }
   // chunk: the source's row 0; set: a byte offset added to every destination.
