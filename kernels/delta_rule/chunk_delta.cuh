@@ -138,12 +138,12 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, PassVariant* picke
                      picked);
 }
 
-// The backward pass's: the column pass at 128 or 64 value columns per block; or the mma.sync
-// pass with all of a chunk's tiles double-buffered, or only the keys (see StateBackwardKernel),
-// each at 32 or 64 value columns.
-inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, PassVariant* picked) {
+// The backward pass's: the column pass at 128 or 64 value columns per block (`columns`:
+// UseColumnPasses); or the mma.sync pass with all of a chunk's tiles double-buffered, or only the
+// keys (see StateBackwardKernel), each at 32 or 64 value columns.
+inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
-  if (UseColumnPasses(p)) {
+  if (columns) {
     using tiles::StateBackwardWgmmaFor, tiles::StateBackwardWgmmaSmem;
     return PickVariant(p,
                        {{StateBackwardWgmmaFor<2>(nk), StateBackwardWgmmaSmem(K, 2), 128, 256},
@@ -241,15 +241,19 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   const StepBase b = MakeStepBase(params, gated, true);
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);
+  // The column pass takes MtdO in its lanes' order (MtdOFragments), the mma.sync pass as rows.
+  const bool columns = UseColumnPasses(p);
   PassVariant pass;
-  cudaError_t err = PickBackwardPass(p, &pass);
+  cudaError_t err = PickBackwardPass(p, columns, &pass);
   if (err != cudaSuccess) return err;
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
   err = RunForwardKernels(recompute, p.chunk_states != nullptr, false, stream);
   if (err != cudaSuccess) return err;
-  if ((err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
-                      tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
+  if ((err = RunTiles(
+           columns ? tiles::LocalValueGradsKernel<true> : tiles::LocalValueGradsKernel<false>,
+           dim3(p.total_chunks * (p.v_dim / kBT), p.heads), tiles::LocalValueGradsSmem(), b,
+           stream)) != cudaSuccess) {
     return err;
   }
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;

@@ -10,8 +10,8 @@
 //   dS^T  = gamma_L dS^T + dO'^T Q - dUt^T W:  4 + 4 steps of 64 x K x 16, B = the queries and W
 //           (N-major), A = dO'^T = (scale diag(gamma) dO)^T read from the chunk's dO tile, and
 //           dUt^T's bf16 copy negated.
-// MtdO^T goes straight from global memory to the lanes' accumulator places (fp32, 32 scalar
-// loads a lane, one chunk ahead). One block barrier per chunk (the swap of the tile sets) and two
+// MtdO^T goes straight from global memory to the lanes' accumulator places (fp32, in their order:
+// MtdOFragments; one chunk ahead). One block barrier per chunk (the swap of the tile sets) and two
 // warpgroup barriers (the staged stores of dS's copy and dUt).
 #pragma once
 
@@ -55,8 +55,9 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   const bf16* o_src =
       p.d_o + In(p.v_strides, seq.batch, seq.bos, h) + v0 + int64_t{last} * kBT * p.v_strides.token;
   const float* G_src = b.s.G + src.TokAt(last, 1);
-  const int g = lane / 4, t = lane % 4;
-  const float* mtdo_src = b.s.MtdO + src.TokAt(last, V) + vw + g + int64_t{2 * t} * ld_v;
+  const int t = lane % 4;
+  const float* mtdo_src =
+      b.s.MtdO + MtdOFragments::At(p, seq.first_chunk + last, h, vw / 16) + 4 * lane;
   bf16* dut_dst = GroupStage<kBT>::ThreadDst(b.s.dUt + src.TokAt(last, V) + vg, ld_v);
   bf16* ds_dst = GroupStage<K>::ThreadDst(b.s.dS + src.StateAt(last, K * V) + vg, V);
   const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
@@ -92,23 +93,19 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   } else {
     dS.Zero();
   }
-  // MtdO^T at the lanes' places, one chunk ahead (loaded where it is used, the loads' latency
-  // cost the pass 763 -> 639 us at (1, 8192, 96, 128)): token 8 i + 2 t + e % 2, column
-  // g + 8 (e / 2); rows past the chunk's end are zero.
-  const auto load_local = [&](int rows, float(&m)[WarpRows<kBT>::kTiles][4]) {
+  // MtdO^T at the lanes' places (MtdOFragments), one chunk ahead (loaded where it is used, the
+  // loads' latency cost the pass 763 -> 639 us at (1, 8192, 96, 128)).
+  const auto load_local = [&](float(&m)[WarpRows<kBT>::kTiles][4]) {
 #pragma unroll
     for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int tok = 8 * i + 2 * t + e % 2;
-        m[i][e] = tok < rows ? mtdo_src[(8 * i + e % 2) * ld_v + 8 * (e / 2)] : 0.0f;
-      }
+      const float4 x = *reinterpret_cast<const float4*>(mtdo_src + 4 * 32 * i);
+      m[i][0] = x.x, m[i][1] = x.y, m[i][2] = x.z, m[i][3] = x.w;
     }
   };
   float m_next[WarpRows<kBT>::kTiles][4];
   if (last >= 0) {
     issue(0, last);
-    load_local(src.Rows(last), m_next);
+    load_local(m_next);
   }
   __pipeline_commit();
   for (int it = 0; it <= last; ++it) {
@@ -131,8 +128,8 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
       for (int e = 0; e < 4; ++e) m[i][e] = m_next[i][e];
     }
     if (ci > 0) {
-      mtdo_src -= tok_step_v;
-      load_local(src.Rows(ci - 1), m_next);
+      mtdo_src -= MtdOFragments::ChunkStep(p);
+      load_local(m_next);
     }
 
     // dS^T K^T, dS's bf16 copy stored as dS[chunk] while it multiplies.

@@ -82,6 +82,24 @@ struct WarpRows {
   }
 };
 
+// MtdO (the chunk-local part of dUt, LocalValueGradsKernel's) in the lanes' order of the backward
+// column pass, where that pass runs: per (chunk, head) and 16-column block of V, the block's
+// 16 x 64 transpose as WarpRows<kBT> accumulators, lane l's x[i][0..3] at floats 4 (32 i + l). A
+// lane loads a chunk's part in eight 16-byte loads from one pointer stepped per chunk; read as
+// [R, H, V] rows it took 32 scalar loads, each with its own 64-bit address and row guard, in the
+// pass's per-chunk issue. Tokens past a chunk's end hold zeros (M's columns there are zero).
+struct MtdOFragments {
+  static constexpr int kBlockFloats = 16 * kBT;
+  // Chunk `chunk` (global index), head h, column block cb: its first float.
+  __device__ static int64_t At(const ChunkDeltaParams& p, int chunk, int h, int cb) {
+    return ((int64_t{chunk} * p.heads + h) * (p.v_dim / 16) + cb) * kBlockFloats;
+  }
+  // Floats from one chunk to the next of the same head.
+  __device__ static int64_t ChunkStep(const ChunkDeltaParams& p) {
+    return int64_t{p.heads} * p.v_dim * kBT;
+  }
+};
+
 // A warpgroup's staging tile for row-major stores of its transposed fragments: kRows rows of its
 // 64 value columns (144-byte rows: stmatrix and the 16-byte reads below are conflict-free). Each
 // warp puts its 16 columns; after the group's barrier, each thread copies 16-byte pieces, a warp
