@@ -112,6 +112,17 @@ struct WarpAcc16 {
   // holds row g + 8 (t / 2), columns 8 (t % 2) .. + 7. (Stored by pairs, each warp store
   // instruction wrote 8 rows x 16 bytes: half of every 32-byte sector it touched.)
   __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
+    const int t = threadIdx.x % 4;
+    *reinterpret_cast<uint4*>(c + (LaneRow() + 8 * (t >> 1)) * ldc + 8 * (t & 1)) = RowPiece();
+  }
+  // The same for rows [0, rows) of the tile only.
+  __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc, int rows) const {
+    const int t = threadIdx.x % 4, row = LaneRow() + 8 * (t >> 1);
+    const uint4 piece = RowPiece();  // every lane of the quad trades
+    if (row < rows) *reinterpret_cast<uint4*>(c + row * ldc + 8 * (t & 1)) = piece;
+  }
+  // The lane's 16-byte piece of StoreBf16Global16B.
+  __device__ __forceinline__ uint4 RowPiece() const {
     const uint32_t w[4] = {PackedBf16Pair(0, 0), PackedBf16Pair(0, 1), PackedBf16Pair(1, 0),
                            PackedBf16Pair(1, 1)};  // w[2 half + h]
     const int t = threadIdx.x % 4;
@@ -137,8 +148,7 @@ struct WarpAcc16 {
       q[j] = t1 ? got : keep;
       q[2 + j] = t1 ? keep : got;
     }
-    *reinterpret_cast<uint4*>(c + (LaneRow() + 8 * (t >> 1)) * ldc + 8 * (t & 1)) =
-        make_uint4(q[0], q[1], q[2], q[3]);
+    return make_uint4(q[0], q[1], q[2], q[3]);
   }
 };
 
@@ -266,6 +276,13 @@ struct Acc64 {
   __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
 #pragma unroll
     for (int i = 0; i < 2; ++i) part[i].StoreBf16Global16B(c + Row(i) * ldc + Col(), ldc);
+  }
+  // The same for rows [0, rows) of the block only.
+  __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc, int rows) const {
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      part[i].StoreBf16Global16B(c + Row(i) * ldc + Col(), ldc, rows - Row(i));
+    }
   }
   // c = C, each warp writing only its own tiles; the __syncwarp orders the stores before the
   // warp's next reads of c.

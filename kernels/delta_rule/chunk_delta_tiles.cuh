@@ -112,35 +112,35 @@ __device__ inline void StoreTok(Out* dst, const float* src, const ChunkDeltaPara
   }
 }
 
-// Rows [0, rows) of a 64 x 64 accumulator to fp32 or (rounded) bf16 global memory (dst at its
-// row 0, column 0; rows ld apart), straight from the registers: two adjacent columns per store.
-// The lane's four rows are 8, 32 and 40 rows after its first, so their addresses are the first
-// row's plus multiples of 8 ld, and the second pair of a row is 8 columns on (an immediate
-// offset): written with a product per store, the compiler formed each store's 64-bit address
-// anew inside its row guard, ~14 instructions a store (~270 of RowTermsKernel's ~2160 in SASS).
-template <typename Out>
-__device__ inline void StoreAccRows(const Acc& acc, Out* dst, int64_t ld, int rows) {
+// Rows [0, rows) of a 64 x 64 accumulator to fp32 global memory (dst at its row 0, column 0;
+// rows ld apart), straight from the registers, two adjacent columns per store. The lane's four
+// rows are 8, 32 and 40 rows after its first, so their addresses are the first row's plus
+// multiples of 8 ld, and the second pair of a row is 8 columns on (an immediate offset): written
+// with a product per store, the compiler formed each store's 64-bit address anew inside its row
+// guard, ~14 instructions a store (~270 of RowTermsKernel's ~2160 in SASS).
+__device__ inline void StoreAccRows(const Acc& acc, float* dst, int64_t ld, int rows) {
   const int r0 = Acc::ElementRow(0, 0);
-  Out* const first = dst + r0 * ld + Acc::ElementCol(0);
+  float* const first = dst + r0 * ld + Acc::ElementCol(0);
   const int64_t ld8 = 8 * ld;
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
     for (int half = 0; half < 2; ++half) {
       if (r0 + 32 * i + 8 * half >= rows) continue;
-      Out* const row = first + (4 * i + half) * ld8;
+      float* const row = first + (4 * i + half) * ld8;
 #pragma unroll
       for (int n8 = 0; n8 < 2; ++n8) {
         const int e = 4 * n8 + 2 * half;
-        const float a = acc.part[i].x[e], b = acc.part[i].x[e + 1];
-        if constexpr (std::is_same_v<Out, float>) {
-          *reinterpret_cast<float2*>(row + 8 * n8) = make_float2(a, b);
-        } else {
-          *reinterpret_cast<__nv_bfloat162*>(row + 8 * n8) = __floats2bfloat162_rn(a, b);
-        }
+        *reinterpret_cast<float2*>(row + 8 * n8) =
+            make_float2(acc.part[i].x[e], acc.part[i].x[e + 1]);
       }
     }
   }
+}
+// The same to bf16 (rounded), in 16-byte row pieces (Acc64::StoreBf16Global16B): stored by pairs
+// of columns, a warp's store instruction wrote half of each 32-byte sector it touched.
+__device__ inline void StoreAccRows(const Acc& acc, __nv_bfloat16* dst, int64_t ld, int rows) {
+  acc.StoreBf16Global16B(dst, ld, rows);
 }
 
 // Rows [0, c.rows) of a 64 x 64 fp32 tile into columns [col0, col0 + 64) of a [B,T,H,D] bf16
