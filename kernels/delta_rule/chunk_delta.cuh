@@ -241,7 +241,6 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   const StepBase b = MakeStepBase(params, gated, true);
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);
-  // The column pass takes MtdO in its lanes' order (MtdOFragments), the mma.sync pass as rows.
   const bool columns = UseColumnPasses(p);
   PassVariant pass;
   cudaError_t err = PickBackwardPass(p, columns, &pass);
@@ -250,10 +249,10 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   recompute.p.final_state = nullptr;
   err = RunForwardKernels(recompute, p.chunk_states != nullptr, false, stream);
   if (err != cudaSuccess) return err;
-  if ((err = RunTiles(
-           columns ? tiles::LocalValueGradsKernel<true> : tiles::LocalValueGradsKernel<false>,
-           dim3(p.total_chunks * (p.v_dim / kBT), p.heads), tiles::LocalValueGradsSmem(), b,
-           stream)) != cudaSuccess) {
+  // The column pass forms the chunk-local MtdO itself; the mma.sync pass reads it.
+  if (!columns &&
+      (err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
+                      tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;

@@ -3,16 +3,18 @@
 // with dS the gradient of the state leaving the chunk:
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + MtdO;
 //   dS = gamma_L dS + Q^T (scale diag(gamma) dO) - W^T dUt,
-// MtdO = scale M^T dO the chunk-local part (LocalValueGradsKernel, for all chunks at once). In
-// the warps' transposed form:
-//   dUt^T = (dS^T K^T) diag(exp(G_L - G)) + MtdO^T:  K / 16 steps of 64 x 64 x 16, B = the keys
-//           (K-major), A = dS^T's bf16 copy in registers;
+// MtdO = scale M^T dO the chunk-local part. In the warps' transposed form:
+//   dUt^T = (dS^T K^T) diag(exp(G_L - G)) + scale dO^T M:  K / 16 steps of 64 x 64 x 16, B = the
+//           keys (K-major), A = dS^T's bf16 copy in registers; then 4 steps of 64 x 64 x 16 onto
+//           the same accumulators (held divided by scale until then), B = M (N-major), A = dO^T
+//           read from the chunk's dO tile;
 //   dS^T  = gamma_L dS^T + dO'^T Q - dUt^T W:  4 + 4 steps of 64 x K x 16, B = the queries and W
-//           (N-major), A = dO'^T = (scale diag(gamma) dO)^T read from the chunk's dO tile, and
-//           dUt^T's bf16 copy negated.
-// MtdO^T goes straight from global memory to the lanes' accumulator places (fp32, in their order:
-// MtdOFragments; one chunk ahead). One block barrier per chunk (the swap of the tile sets) and two
-// warpgroup barriers (the staged stores of dS's copy and dUt).
+//           (N-major), A = dO'^T = (scale diag(gamma) dO)^T (dO^T's fragments scaled), and dUt^T's
+//           bf16 copy negated.
+// (The mma.sync pass takes MtdO from LocalValueGradsKernel, for all chunks at once. Here,
+// loaded so, it cost the pass 32 loads a lane per chunk and LocalValueGrads 197 us per call at
+// (1, 8192, 96, 128).) One block barrier per chunk (the swap of the tile sets) and two warpgroup
+// barriers (the staged stores of dS's copy and dUt).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -32,7 +34,7 @@ template <int kNk, int kGroups>
 __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
-  using Set = ColumnTileSet<K, kBV, 3>;  // the keys, the queries, W; dO
+  using Set = ColumnTileSet<K, kBV, 3, 1>;  // the keys, the queries, W; dO; M
   extern __shared__ float4 smem4[];
   char* sets = reinterpret_cast<char*>(smem4);
   const uint32_t sets_at = ptx::SharedAddr(sets);
@@ -55,15 +57,15 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   const bf16* o_src =
       p.d_o + In(p.v_strides, seq.batch, seq.bos, h) + v0 + int64_t{last} * kBT * p.v_strides.token;
   const float* G_src = b.s.G + src.TokAt(last, 1);
+  const bf16* m_src = b.s.M + Mat(p, seq.first_chunk + last, h);
   const int t = lane % 4;
-  const float* mtdo_src =
-      b.s.MtdO + MtdOFragments::At(p, seq.first_chunk + last, h, vw / 16) + 4 * lane;
   bf16* dut_dst = GroupStage<kBT>::ThreadDst(b.s.dUt + src.TokAt(last, V) + vg, ld_v);
   bf16* ds_dst = GroupStage<K>::ThreadDst(b.s.dS + src.StateAt(last, K * V) + vg, V);
   const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
   const int64_t state_step = int64_t{H} * K * V, o_step = kBT * p.v_strides.token;
 
   const CorePieces<kThreadsB, K> key_pieces(ld_k);
+  const CorePieces<kThreadsB, kBT> mat_pieces(kBT);
   const RowPieces<kThreadsB, kBV / 8> o_pieces(p.v_strides.token, sets + Set::kValues,
                                                Set::kLdValues * 2);
   const auto issue = [&](int it, int ci) {  // chunk ci's tiles into set it % 2
@@ -74,6 +76,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     key_pieces.Issue(w_src, sets_at + set + Set::Key(2), rows);
     o_pieces.Issue(o_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
+    mat_pieces.Issue(m_src, sets_at + set + Set::kMat, kBT);  // zero past the chunk's end
   };
 
   // dO^T as an A operand of the warp's columns (transposed ldmatrix of dO's rows); the lane's G
@@ -85,6 +88,8 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   const uint64_t k_desc = wgmma::Descriptor(sets_at, 128, 16 * K);
   const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::Key(1), 16 * K, 128);
   const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(2), 16 * K, 128);
+  const uint64_t m_desc = wgmma::Descriptor(sets_at + Set::kMat, 16 * kBT, 128);
+  const float rcp_scale = 1.0f / p.scale;
 
   WarpRows<K> dS;  // dS^T of the warp's 16 columns
   if (p.d_final_state) {
@@ -93,20 +98,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   } else {
     dS.Zero();
   }
-  // MtdO^T at the lanes' places (MtdOFragments), one chunk ahead (loaded where it is used, the
-  // loads' latency cost the pass 763 -> 639 us at (1, 8192, 96, 128)).
-  const auto load_local = [&](float(&m)[WarpRows<kBT>::kTiles][4]) {
-#pragma unroll
-    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-      const float4 x = *reinterpret_cast<const float4*>(mtdo_src + 4 * 32 * i);
-      m[i][0] = x.x, m[i][1] = x.y, m[i][2] = x.z, m[i][3] = x.w;
-    }
-  };
-  float m_next[WarpRows<kBT>::kTiles][4];
-  if (last >= 0) {
-    issue(0, last);
-    load_local(m_next);
-  }
+  if (last >= 0) issue(0, last);
   __pipeline_commit();
   for (int it = 0; it <= last; ++it) {
     const int ci = last - it, rows = src.Rows(ci);
@@ -117,20 +109,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
     if (ci > 0) {
       k_src -= tok_step_k, q_src -= tok_step_k, w_src -= tok_step_k, o_src -= o_step;
-      G_src -= kBT * H;
+      G_src -= kBT * H, m_src -= int64_t{kBT} * kBT * H;
       issue(it + 1, ci - 1);
     }
     __pipeline_commit();
-    float m[WarpRows<kBT>::kTiles][4];
-#pragma unroll
-    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) m[i][e] = m_next[i][e];
-    }
-    if (ci > 0) {
-      mtdo_src -= MtdOFragments::ChunkStep(p);
-      load_local(m_next);
-    }
 
     // dS^T K^T, dS's bf16 copy stored as dS[chunk] while it multiplies.
     WarpRows<kBT> du;
@@ -155,27 +137,30 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     GroupBarrier(group);
     ds_stage.CopyOut(ds_dst, V, K);
     wgmma::Wait<0>();
-    // dUt^T = (dS^T K^T) diag(exp(G_L - G)) + MtdO^T; its bf16 copy to the scratch (staged) and,
-    // negated, the A operand of W's product.
+    // dUt^T / scale = (dS^T K^T) diag(exp(G_L - G)) / scale + dO^T M (the scale applied once the
+    // product is in: dO^T's bf16 fragments stay exact).
     const float* G = reinterpret_cast<const float*>(sets + set + Set::kG);
     const float G_last = G[rows - 1];
-    if (b.gated) DecayTokens(du, G_at + set, G_last);
-#pragma unroll
-    for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
-#pragma unroll
-      for (int e = 0; e < 4; ++e) du.x[i][e] += m[i][e];
+    if (b.gated) {
+      DecayTokens(du, G_at + set, G_last, rcp_scale);
+    } else {
+      du.Scale(rcp_scale);
     }
-    uint32_t du_a[kBT / 16][4];
-#pragma unroll
-    for (int s = 0; s < kBT / 16; ++s) {
-      du.Bf16A(s, du_a[s]);
-      dut_stage.Put(s, du_a[s]);
-    }
-    // dO'^T = (scale diag(gamma) dO)^T from the dO tile, rounded to bf16 again.
-    uint32_t o_a[kBT / 16][4];
+    uint32_t o_a[kBT / 16][4];  // dO^T
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
       ptx::LoadMatrix4Trans(o_a[s], o_at + set + 2 * s * 16 * Set::kLdValues);
+    }
+    wgmma::Fence();
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      wgmma::MmaRegA<kBT, false, true>(du_d, o_a[s], m_desc + set_desc + s * (2 * 16 * kBT / 16));
+    }
+    wgmma::Commit();
+    // Meanwhile dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
+    uint32_t og_a[kBT / 16][4];
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
       float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
 #pragma unroll
       for (int hi = 0; hi < 2; ++hi) {
@@ -190,8 +175,17 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
 #pragma unroll
       for (int r = 0; r < 4; ++r) {
         const float2 x = UnpackBf16(o_a[s][r]);
-        o_a[s][r] = PackBf16(x.x * f[r / 2][0], x.y * f[r / 2][1]);
+        og_a[s][r] = PackBf16(x.x * f[r / 2][0], x.y * f[r / 2][1]);
       }
+    }
+    wgmma::Wait<0>();
+    // dUt^T; its bf16 copy to the scratch (staged) and, negated, the A operand of W's product.
+    du.Scale(p.scale);
+    uint32_t du_a[kBT / 16][4];
+#pragma unroll
+    for (int s = 0; s < kBT / 16; ++s) {
+      du.Bf16A(s, du_a[s]);
+      dut_stage.Put(s, du_a[s]);
     }
     // dS^T = gamma_L dS^T + dO'^T Q - dUt^T W, with dUt's stores running meanwhile.
     if (b.gated) dS.Scale(expf(G_last));
@@ -199,7 +193,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     wgmma::Fence();
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      wgmma::MmaRegA<K, false, true>(ds_d, o_a[s], q_desc + set_desc + s * (2 * 16 * K / 16));
+      wgmma::MmaRegA<K, false, true>(ds_d, og_a[s], q_desc + set_desc + s * (2 * 16 * K / 16));
     }
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
@@ -222,9 +216,9 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
 
 inline size_t StateBackwardWgmmaSmem(int k_dim, int groups) {
   if (k_dim == kBT) {
-    return groups == 1 ? ColumnPassSmem<kBT, 64, 3>() : ColumnPassSmem<kBT, 128, 3>();
+    return groups == 1 ? ColumnPassSmem<kBT, 64, 3, 1>() : ColumnPassSmem<kBT, 128, 3, 1>();
   }
-  return groups == 1 ? ColumnPassSmem<2 * kBT, 64, 3>() : ColumnPassSmem<2 * kBT, 128, 3>();
+  return groups == 1 ? ColumnPassSmem<2 * kBT, 64, 3, 1>() : ColumnPassSmem<2 * kBT, 128, 3, 1>();
 }
 
 // The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).

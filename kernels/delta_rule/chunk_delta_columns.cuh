@@ -82,24 +82,6 @@ struct WarpRows {
   }
 };
 
-// MtdO (the chunk-local part of dUt, LocalValueGradsKernel's) in the lanes' order of the backward
-// column pass, where that pass runs: per (chunk, head) and 16-column block of V, the block's
-// 16 x 64 transpose as WarpRows<kBT> accumulators, lane l's x[i][0..3] at floats 4 (32 i + l). A
-// lane loads a chunk's part in eight 16-byte loads from one pointer stepped per chunk; read as
-// [R, H, V] rows it took 32 scalar loads, each with its own 64-bit address and row guard, in the
-// pass's per-chunk issue. Tokens past a chunk's end hold zeros (M's columns there are zero).
-struct MtdOFragments {
-  static constexpr int kBlockFloats = 16 * kBT;
-  // Chunk `chunk` (global index), head h, column block cb: its first float.
-  __device__ static int64_t At(const ChunkDeltaParams& p, int chunk, int h, int cb) {
-    return ((int64_t{chunk} * p.heads + h) * (p.v_dim / 16) + cb) * kBlockFloats;
-  }
-  // Floats from one chunk to the next of the same head.
-  __device__ static int64_t ChunkStep(const ChunkDeltaParams& p) {
-    return int64_t{p.heads} * p.v_dim * kBT;
-  }
-};
-
 // A warpgroup's staging tile for row-major stores of its transposed fragments: kRows rows of its
 // 64 value columns (144-byte rows: stmatrix and the 16-byte reads below are conflict-free). Each
 // warp puts its 16 columns; after the group's barrier, each thread copies 16-byte pieces, a warp
@@ -235,15 +217,16 @@ struct CorePieces {
   }
 };
 
-// x(v, tok) *= exp(G_last - G_tok) for the lane's tokens 8 i + 2 t .. + 1 of a warp's 16 x 64
+// x(v, tok) *= f exp(G_last - G_tok) for the lane's tokens 8 i + 2 t .. + 1 of a warp's 16 x 64
 // columns (G_at: the lane's G pair of token 2 t in shared memory, the chunk's G there).
-__device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, float G_last) {
+__device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, float G_last,
+                                            float f = 1.0f) {
   const float G_last2 = G_last * ptx::kRcpLn2;
 #pragma unroll
   for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
     const float2 G = ptx::LoadShared2(G_at + 4 * 8 * i);
-    const float d0 = ptx::Exp2(fmaf(-G.x, ptx::kRcpLn2, G_last2));
-    const float d1 = ptx::Exp2(fmaf(-G.y, ptx::kRcpLn2, G_last2));
+    const float d0 = f * ptx::Exp2(fmaf(-G.x, ptx::kRcpLn2, G_last2));
+    const float d1 = f * ptx::Exp2(fmaf(-G.y, ptx::kRcpLn2, G_last2));
     x.x[i][0] *= d0, x.x[i][2] *= d0;
     x.x[i][1] *= d1, x.x[i][3] *= d1;
   }
@@ -251,23 +234,26 @@ __device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, flo
 
 // One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands in the core-matrix layout
 // (forward: the keys and W; backward: the keys, the queries and W), the block's kBV value columns
-// of a 64-row bf16 operand (forward U, backward dO; row-major, leading dimension kBV + 8), and G.
-template <int K, int kBV, int kKeyTiles>
+// of a 64-row bf16 operand (forward U, backward dO; row-major, leading dimension kBV + 8), G, and
+// kMats 64 x 64 bf16 chunk matrices in the core-matrix layout (backward: M).
+template <int K, int kBV, int kKeyTiles, int kMats = 0>
 struct ColumnTileSet {
   static constexpr int kLdValues = kBV + 8;
   static constexpr int kKeyBytes = kBT * K * 2, kValueBytes = kBT * kLdValues * 2;
-  static constexpr int kBytes = kKeyTiles * kKeyBytes + kValueBytes + kBT * 4;
-  static_assert(kBytes % 128 == 0, "core matrices 128-byte aligned in either set");
-  // Byte offsets in a set: key tile i, the value columns, G.
+  // Byte offsets in a set: key tile i, the value columns, G, the chunk matrices.
   __host__ __device__ static constexpr int Key(int i) { return i * kKeyBytes; }
   static constexpr int kValues = kKeyTiles * kKeyBytes, kG = kValues + kValueBytes;
+  static constexpr int kMat = kG + kBT * 4;
+  static constexpr int kBytes = kMat + kMats * kBT * kBT * 2;
+  static_assert(kMat % 128 == 0 && kBytes % 128 == 0,
+                "core matrices 128-byte aligned in either set");
 };
 
 // Shared memory of a column pass: two tile sets, and each warpgroup's staging tiles (K rows and
 // 64).
-template <int K, int kBV, int kKeyTiles>
+template <int K, int kBV, int kKeyTiles, int kMats = 0>
 inline constexpr size_t ColumnPassSmem() {
-  return 2 * ColumnTileSet<K, kBV, kKeyTiles>::kBytes +
+  return 2 * ColumnTileSet<K, kBV, kKeyTiles, kMats>::kBytes +
          kBV / 64 * size_t{kLdGroupStage} * 2 * (K + kBT);
 }
 

@@ -67,8 +67,7 @@ struct Scratch {
   // backward
   float* T;            // chunk matrix: (I + A)^-1 (the forward stores it only where kept)
   __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
-  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt (for the column
-                       //          pass 64 rows a chunk, in its lanes' order: MtdOFragments)
+  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt
   __nv_bfloat16* dUt;  // [R,H,V]
   __nv_bfloat16* dW;   // [R,H,K]
   float* dk_rows;      // [R,H,K]  dk's row terms (RowTerms), then (WYBackward, l2norm) the
@@ -214,7 +213,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   if (!backward || !kept) take(&x.U, R * V);
   if (backward) {
     if (!kept) take(&x.T, mat), take(&x.KD, mat);
-    take(&x.dS, state), take(&x.MtdO, C * kBT * V), take(&x.dUt, R * V);
+    take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
     take(&x.dW, R * K), take(&x.dk_rows, R * K);
     x.dq_normed = nullptr;
     if (p.qk_l2norm) take(&x.dq_normed, R * K);
