@@ -121,16 +121,25 @@ inline bool UseColumnPasses(const ChunkDeltaParams& p) {
          int64_t{p.v_dim / 64} * p.heads * p.num_seqs >= sms;
 }
 
-// The forward pass's variants: the column pass at 128 or 64 value columns per block, or the
-// mma.sync pass at 32 or 64.
-inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, PassVariant* picked) {
+// The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
+// UseColumnPasses; with `output`, the one that also writes o), or the mma.sync pass at 32 or 64.
+inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool output,
+                                   PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
-  if (UseColumnPasses(p)) {
+  if (columns) {
     using tiles::StateForwardWgmmaFor, tiles::StateForwardWgmmaSmem;
-    return PickVariant(p,
-                       {{StateForwardWgmmaFor<2>(nk), StateForwardWgmmaSmem(K, 2), 128, 256},
-                        {StateForwardWgmmaFor<1>(nk), StateForwardWgmmaSmem(K, 1), 64, 128}},
-                       picked);
+    if (output) {
+      return PickVariant(
+          p,
+          {{StateForwardWgmmaFor<2, true>(nk), StateForwardWgmmaSmem<true>(K, 2), 128, 256},
+           {StateForwardWgmmaFor<1, true>(nk), StateForwardWgmmaSmem<true>(K, 1), 64, 128}},
+          picked);
+    }
+    return PickVariant(
+        p,
+        {{StateForwardWgmmaFor<2, false>(nk), StateForwardWgmmaSmem<false>(K, 2), 128, 256},
+         {StateForwardWgmmaFor<1, false>(nk), StateForwardWgmmaSmem<false>(K, 1), 64, 128}},
+        picked);
   }
   return PickVariant(p,
                      {{tiles::StateForwardFor(nk, 32), tiles::StateForwardSmem(K, 32), 32},
@@ -219,12 +228,14 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                       b, stream)) != cudaSuccess) {
     return err;
   }
+  // The column pass writes o itself (kOutput); after the mma.sync pass, OutputKernel does.
+  const bool columns = UseColumnPasses(p);
   PassVariant pass;
-  if ((err = PickForwardPass(p, &pass)) != cudaSuccess ||
+  if ((err = PickForwardPass(p, columns, output, &pass)) != cudaSuccess ||
       (err = RunPass(pass, b, stream)) != cudaSuccess) {
     return err;
   }
-  if (!output) return cudaSuccess;
+  if (!output || columns) return cudaSuccess;
   return RunTiles(tiles::OutputKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                   tiles::OutputSmem(), b, stream);
 }

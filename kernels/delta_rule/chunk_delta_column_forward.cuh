@@ -25,11 +25,19 @@ namespace flame::kernels::delta_chunk::tiles {
 // before the next group's fragments take its registers; the fragments also go to the staging
 // tile, whose copy to the scratch (S[chunk]) runs while the last group multiplies. A chunk's
 // Ut goes out (staged likewise) while the keys' product runs.
-template <int kNk, int kGroups>
+// kOutput: the pass also writes the output, o = scale [diag(gamma) Q S + M Ut] (OutputKernel's,
+// which then does not run), from the same registers, in the warps' transposed form:
+//   o^T = scale [(S^T Q^T) diag(gamma) + Ut^T M^T]:  K / 16 steps of 64 x 64 x 16 beside W S's
+//         (the same A fragments; B = the queries, K-major), then 4 steps of 64 x 64 x 16 beside
+//         the keys' product (A = Ut^T's bf16 copy; B = M, K-major),
+// staged and stored as Ut is. (As a kernel of its own, which reads S and Ut back: 312 us per call
+// at (1, 8192, 96, 128).)
+template <int kNk, int kGroups, bool kOutput>
 __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
-  using Set = ColumnTileSet<K, kBV, 2>;  // the keys, W; U
+  // The keys, W (and the queries); U; (M).
+  using Set = ColumnTileSet<K, kBV, kOutput ? 3 : 2, kOutput ? 1 : 0>;
   extern __shared__ float4 smem4[];
   char* sets = reinterpret_cast<char*>(smem4);
   const uint32_t sets_at = ptx::SharedAddr(sets);
@@ -37,10 +45,13 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const int V = p.v_dim, H = p.heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = warp / 4;
-  // The group's staging tiles: S's copy (K rows), then Ut (64).
-  char* stages = sets + 2 * Set::kBytes + group * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes);
+  // The group's staging tiles: S's copy (K rows), then Ut (64), and o (64).
+  constexpr int kStageBytes = GroupStage<K>::kBytes + (kOutput ? 2 : 1) * GroupStage<kBT>::kBytes;
+  char* stages = sets + 2 * Set::kBytes + group * kStageBytes;
   const GroupStage<K> s_stage(reinterpret_cast<bf16*>(stages));
   const GroupStage<kBT> ut_stage(reinterpret_cast<bf16*>(stages + GroupStage<K>::kBytes));
+  const GroupStage<kBT> o_stage(
+      reinterpret_cast<bf16*>(stages + GroupStage<K>::kBytes + GroupStage<kBT>::kBytes));
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const int vw = v0 + 16 * warp;        // the warp's first value column
   const int vg = v0 + 64 * (warp / 4);  // the warpgroup's
@@ -52,12 +63,19 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const bf16* w_src = b.s.W + src.TokAt(0, K);
   const bf16* u_src = b.s.U + src.TokAt(0, V) + v0;
   const float* G_src = b.s.G + src.TokAt(0, 1);
+  const bf16* q_src = b.s.qn + src.TokAt(0, K);
+  const bf16* m_src = b.s.M + Mat(p, seq.first_chunk, h);
   bf16* ut_dst = GroupStage<kBT>::ThreadDst(b.s.Ut + src.TokAt(0, V) + vg, ld_v);
+  bf16* o_dst = kOutput ? GroupStage<kBT>::ThreadDst(
+                              p.o + In(p.v_strides, seq.batch, seq.bos, h) + vg, p.v_strides.token)
+                        : nullptr;
+  const int64_t o_step = kBT * p.v_strides.token;
   bf16* s_dst = GroupStage<K>::ThreadDst(b.s.S + src.StateAt(0, K * V) + vg, V);
   const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
   const int64_t state_step = int64_t{H} * K * V;
 
   const CorePieces<kThreadsB, K> key_pieces(ld_k);
+  const CorePieces<kThreadsB, kBT> mat_pieces(kBT);
   const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kValues, Set::kLdValues * 2);
   const auto issue = [&](int ci) {  // chunk ci's tiles, from the sources' current chunk
     const uint32_t set = (ci & 1) * Set::kBytes;
@@ -66,6 +84,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
     key_pieces.Issue(w_src, sets_at + set + Set::Key(1), rows);
     u_pieces.Issue(u_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
+    if (kOutput) {
+      key_pieces.Issue(q_src, sets_at + set + Set::Key(2), rows);
+      mat_pieces.Issue(m_src, sets_at + set + Set::kMat, kBT);  // zero past the chunk's end
+    }
   };
 
   // U^T as an A operand of the warp's columns (transposed ldmatrix of U's rows), and the lane's
@@ -76,6 +98,8 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const uint32_t G_at = sets_at + Set::kG + 8 * (lane % 4);
   const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(1), 128, 16 * K);
   const uint64_t k_desc = wgmma::Descriptor(sets_at, 16 * K, 128);
+  const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::Key(kOutput ? 2 : 0), 128, 16 * K);
+  const uint64_t m_desc = wgmma::Descriptor(sets_at + Set::kMat, 128, 16 * kBT);
 
   WarpRows<K> S;  // S^T of the warp's 16 columns
   if (p.initial_state) {
@@ -95,6 +119,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
     __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
     if (ci + 1 < seq.num_chunks) {
       k_src += tok_step_k, w_src += tok_step_k, u_src += tok_step_v, G_src += kBT * H;
+      if (kOutput) q_src += tok_step_k, m_src += int64_t{kBT} * kBT * H;
       issue(ci + 1);
     }
     __pipeline_commit();
@@ -113,6 +138,9 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
       }
     }
     float(&ut_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(ut.x);
+    WarpRows<kBT> o;  // o^T / scale (kOutput)
+    float(&o_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(o.x);
+    if (kOutput) o.Zero();
 #pragma unroll
     for (int j = 0; j < kNk; ++j) {
       if (j > 0) wgmma::Wait<0>();  // the group before is done with the fragments' registers
@@ -122,8 +150,9 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
       wgmma::Fence();
 #pragma unroll
       for (int s = 0; s < 4; ++s) {
-        wgmma::MmaRegA<kBT, true, false>(ut_d, a[s],
-                                         w_desc + set_desc + (4 * j + s) * (2 * 128 / 16));
+        const uint64_t step = set_desc + (4 * j + s) * (2 * 128 / 16);
+        wgmma::MmaRegA<kBT, true, false>(ut_d, a[s], w_desc + step);
+        if (kOutput) wgmma::MmaRegA<kBT, false, false>(o_d, a[s], q_desc + step);
       }
       wgmma::Commit();
 #pragma unroll
@@ -141,25 +170,50 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
       ut.Bf16A(s, ut_a[s]);
       ut_stage.Put(s, ut_a[s]);
     }
+    // Ut'^T, the keys' operand, in registers of its own (o's product reads ut_a meanwhile); the
+    // ungated rule's decays are 1.
+    uint32_t ud_a[kBT / 16][4];
     if (b.gated) {
       const float G_last = reinterpret_cast<const float*>(sets + set + Set::kG)[rows - 1];
+      if (kOutput) ScaleTokensByGamma(o, G_at + set);  // (S^T Q^T) diag(gamma)
       DecayTokens(ut, G_at + set, G_last);
 #pragma unroll
-      for (int s = 0; s < kBT / 16; ++s) ut.Bf16A(s, ut_a[s]);
+      for (int s = 0; s < kBT / 16; ++s) ut.Bf16A(s, ud_a[s]);
       S.Scale(expf(G_last));
+    } else {
+#pragma unroll
+      for (int s = 0; s < kBT / 16; ++s) {
+#pragma unroll
+        for (int r = 0; r < 4; ++r) ud_a[s][r] = ut_a[s][r];
+      }
     }
-    // S^T = gamma_L S^T + Ut'^T K, with Ut's stores running meanwhile.
+    // S^T = gamma_L S^T + Ut'^T K (and o^T += Ut^T M^T), with Ut's stores running meanwhile.
     float(&s_d)[K / 2] = reinterpret_cast<float(&)[K / 2]>(S.x);
     wgmma::Fence();
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      wgmma::MmaRegA<K, false, true>(s_d, ut_a[s], k_desc + set_desc + s * (2 * 16 * K / 16));
+      if (kOutput) {
+        wgmma::MmaRegA<kBT, false, false>(o_d, ut_a[s], m_desc + set_desc + s * (2 * 128 / 16));
+      }
+      wgmma::MmaRegA<K, false, true>(s_d, ud_a[s], k_desc + set_desc + s * (2 * 16 * K / 16));
     }
     wgmma::Commit();
     GroupBarrier(group);
     ut_stage.CopyOut(ut_dst, ld_v, rows);
     ut_dst += tok_step_v, s_dst += state_step;
     wgmma::Wait<0>();
+    if (kOutput) {
+      o.Scale(p.scale);
+#pragma unroll
+      for (int s = 0; s < kBT / 16; ++s) {
+        uint32_t o_a[4];
+        o.Bf16A(s, o_a);
+        o_stage.Put(s, o_a);
+      }
+      GroupBarrier(group);
+      o_stage.CopyOut(o_dst, p.v_strides.token, rows);
+      o_dst += o_step;
+    }
   }
   if (p.final_state) {
     float* fin = p.final_state + State(p, n, h) + vw;
@@ -170,17 +224,28 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
 #endif
 }
 
+// Shared memory: the column pass's, with kOutput a third key tile (the queries), M and o's
+// staging tile per warpgroup.
+template <int K, int kBV, bool kOutput>
+inline constexpr size_t StateForwardWgmmaSmemFor() {
+  return kOutput ? ColumnPassSmem<K, kBV, 3, 1>() + kBV / 64 * size_t{GroupStage<kBT>::kBytes}
+                 : ColumnPassSmem<K, kBV, 2>();
+}
+template <bool kOutput>
 inline size_t StateForwardWgmmaSmem(int k_dim, int groups) {
   if (k_dim == kBT) {
-    return groups == 1 ? ColumnPassSmem<kBT, 64, 2>() : ColumnPassSmem<kBT, 128, 2>();
+    return groups == 1 ? StateForwardWgmmaSmemFor<kBT, 64, kOutput>()
+                       : StateForwardWgmmaSmemFor<kBT, 128, kOutput>();
   }
-  return groups == 1 ? ColumnPassSmem<2 * kBT, 64, 2>() : ColumnPassSmem<2 * kBT, 128, 2>();
+  return groups == 1 ? StateForwardWgmmaSmemFor<2 * kBT, 64, kOutput>()
+                     : StateForwardWgmmaSmemFor<2 * kBT, 128, kOutput>();
 }
 
 // The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).
-template <int kGroups>
+template <int kGroups, bool kOutput>
 inline void (*StateForwardWgmmaFor(int nk))(StepBase) {
-  return nk == 1 ? StateForwardWgmmaKernel<1, kGroups> : StateForwardWgmmaKernel<2, kGroups>;
+  return nk == 1 ? StateForwardWgmmaKernel<1, kGroups, kOutput>
+                 : StateForwardWgmmaKernel<2, kGroups, kOutput>;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -232,6 +232,17 @@ __device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, flo
   }
 }
 
+// x(v, tok) *= exp(G_tok) (the queries' gamma) for the lane's tokens, as DecayTokens.
+__device__ __forceinline__ void ScaleTokensByGamma(WarpRows<kBT>& x, uint32_t G_at) {
+#pragma unroll
+  for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+    const float2 G = ptx::LoadShared2(G_at + 4 * 8 * i);
+    const float d0 = ptx::Exp2(G.x * ptx::kRcpLn2), d1 = ptx::Exp2(G.y * ptx::kRcpLn2);
+    x.x[i][0] *= d0, x.x[i][2] *= d0;
+    x.x[i][1] *= d1, x.x[i][3] *= d1;
+  }
+}
+
 // One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands in the core-matrix layout
 // (forward: the keys and W; backward: the keys, the queries and W), the block's kBV value columns
 // of a 64-row bf16 operand (forward U, backward dO; row-major, leading dimension kBV + 8), G, and
