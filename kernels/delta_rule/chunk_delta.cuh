@@ -110,14 +110,14 @@ inline bool HasWarpgroupProducts() {
 }
 
 // Whether the state passes run in column form on warpgroup products (chunk_delta_columns.cuh): on
-// the H100/H200, for K <= 128, where the batch has a warpgroup's 64 value columns for (about)
-// every multiprocessor. They hold fewer warps per state slice than the mma.sync passes (one per 16
-// columns, all of K), so they need the width: measured on the H200, the forward pass at (1, 8192,
-// 96, 128) 576 -> 419 us, but at (2, 16384, 16, 128) (64 warpgroups) 1.14 -> 1.53 ms; at K = 256
-// their tile sets fit one block of one warpgroup per multiprocessor (slower there too). With o and
-// MtdO formed in the passes, f+b at (4, 2048, 16, 128) (128 warpgroups, 132 multiprocessors) ran
-// 0.860 -> 0.819 ms in column form, at (2, 16384, 16, 128) 3.18 -> 4.10: hence three quarters of
-// the multiprocessors (nothing measured between 64 and 128 warpgroups).
+// the H100/H200, for K <= 128, where the batch has a warpgroup's 64 value columns for at least
+// three quarters of the multiprocessors. They hold fewer warps per state slice than the mma.sync
+// passes (one per 16 columns, all of K), so they need the width: measured on the H200, the forward
+// pass at (1, 8192, 96, 128) 576 -> 419 us, but at (2, 16384, 16, 128) (64 warpgroups) 1.14 -> 1.53
+// ms; at K = 256 their tile sets fit one block of one warpgroup per multiprocessor (slower there
+// too). With o and MtdO formed in the passes, f+b at (4, 2048, 16, 128) (128 warpgroups, 132
+// multiprocessors) ran 0.860 -> 0.819 ms in column form, at (2, 16384, 16, 128) 3.18 -> 4.10
+// (nothing measured between 64 and 128 warpgroups).
 inline bool UseColumnPasses(const ChunkDeltaParams& p) {
   int sms = 0;
   return p.k_dim <= 2 * kBT && HasWarpgroupProducts() && MultiprocessorCount(&sms) == cudaSuccess &&

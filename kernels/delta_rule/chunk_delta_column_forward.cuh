@@ -98,6 +98,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const uint32_t G_at = sets_at + Set::kG + 8 * (lane % 4);
   const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(1), 128, 16 * K);
   const uint64_t k_desc = wgmma::Descriptor(sets_at, 16 * K, 128);
+  // (q_desc and m_desc serve kOutput only.)
   const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::Key(kOutput ? 2 : 0), 128, 16 * K);
   const uint64_t m_desc = wgmma::Descriptor(sets_at + Set::kMat, 128, 16 * kBT);
 

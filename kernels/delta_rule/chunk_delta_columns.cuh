@@ -244,9 +244,10 @@ __device__ __forceinline__ void ScaleTokensByGamma(WarpRows<kBT>& x, uint32_t G_
 }
 
 // One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands in the core-matrix layout
-// (forward: the keys and W; backward: the keys, the queries and W), the block's kBV value columns
-// of a 64-row bf16 operand (forward U, backward dO; row-major, leading dimension kBV + 8), G, and
-// kMats 64 x 64 bf16 chunk matrices in the core-matrix layout (backward: M).
+// (forward: the keys, W and, where it writes o, the queries; backward: the keys, the queries and
+// W), the block's kBV value columns of a 64-row bf16 operand (forward U, backward dO; row-major,
+// leading dimension kBV + 8), G, and kMats 64 x 64 bf16 chunk matrices in the core-matrix layout
+// (M: the backward's, and the forward's where it writes o).
 template <int K, int kBV, int kKeyTiles, int kMats = 0>
 struct ColumnTileSet {
   static constexpr int kLdValues = kBV + 8;
