@@ -192,9 +192,18 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
   return shapes && gate && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// Bytes of params.workspace the forward (backward = false) or backward needs.
+// Whether the backward's state pass reads MtdO from the scratch: the mma.sync pass, not the column
+// pass (for the current device; params' sequence count filled in here).
+inline bool BackwardReadsMtdO(const ChunkDeltaParams& params) {
+  ChunkDeltaParams p = params;
+  p.num_seqs = NumSeqs(params);
+  return !UseColumnPasses(p);
+}
+
+// Bytes of params.workspace the forward (backward = false) or backward needs on the current
+// device.
 inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
-  return CarveScratch(params, backward, nullptr, nullptr);
+  return CarveScratch(params, backward, backward && BackwardReadsMtdO(params), nullptr, nullptr);
 }
 
 // Bytes of params.chunk_states.
@@ -207,7 +216,7 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool ba
   StepBase base{params, Scratch{}, gated};
   base.p.num_seqs = NumSeqs(params);
   base.p.total_chunks = TotalChunks(params);
-  CarveScratch(base.p, backward, params.workspace, &base.s);
+  CarveScratch(base.p, backward, backward && BackwardReadsMtdO(base.p), params.workspace, &base.s);
   return base;
 }
 
@@ -255,7 +264,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   const StepBase b = MakeStepBase(params, gated, true);
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);
-  const bool columns = UseColumnPasses(p);
+  const bool columns = !BackwardReadsMtdO(p);
   PassVariant pass;
   cudaError_t err = PickBackwardPass(p, columns, &pass);
   if (err != cudaSuccess) return err;

@@ -67,7 +67,7 @@ struct Scratch {
   // backward
   float* T;            // chunk matrix: (I + A)^-1 (the forward stores it only where kept)
   __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
-  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt
+  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt (mma.sync pass only)
   __nv_bfloat16* dUt;  // [R,H,V]
   __nv_bfloat16* dW;   // [R,H,K]
   float* dk_rows;      // [R,H,K]  dk's row terms (RowTerms), then (WYBackward, l2norm) the
@@ -180,8 +180,11 @@ inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s)
   return ut + states + w + m + 2 * mat;
 }
 
-// Carves the scratch from `base` (null: only measures). Returns the bytes used.
-inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base, Scratch* s) {
+// Carves the scratch from `base` (null: only measures). Returns the bytes used. `mtdo`: the
+// backward's state pass reads MtdO from the scratch (the mma.sync pass; the column pass forms it
+// itself).
+inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, void* base,
+                           Scratch* s) {
   const size_t R = static_cast<size_t>(TokenRows(p)) * p.heads;
   const size_t C = static_cast<size_t>(TotalChunks(p)) * p.heads;
   const size_t K = p.k_dim, V = p.v_dim;
@@ -213,7 +216,9 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, void* base,
   if (!backward || !kept) take(&x.U, R * V);
   if (backward) {
     if (!kept) take(&x.T, mat), take(&x.KD, mat);
-    take(&x.dS, state), take(&x.MtdO, R * V), take(&x.dUt, R * V);
+    take(&x.dS, state), take(&x.dUt, R * V);
+    x.MtdO = nullptr;
+    if (mtdo) take(&x.MtdO, R * V);
     take(&x.dW, R * K), take(&x.dk_rows, R * K);
     x.dq_normed = nullptr;
     if (p.qk_l2norm) take(&x.dq_normed, R * K);
