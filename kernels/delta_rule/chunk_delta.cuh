@@ -115,9 +115,11 @@ inline bool HasWarpgroupProducts() {
 // passes (one per 16 columns, all of K), so they need the width: measured on the H200, the forward
 // pass at (1, 8192, 96, 128) 576 -> 419 us, but at (2, 16384, 16, 128) (64 warpgroups) 1.14 -> 1.53
 // ms; at K = 256 their tile sets fit one block of one warpgroup per multiprocessor (slower there
-// too). With o and MtdO formed in the passes, f+b at (4, 2048, 16, 128) (128 warpgroups, 132
-// multiprocessors) ran 0.860 -> 0.819 ms in column form, at (2, 16384, 16, 128) 3.18 -> 4.10
-// (nothing measured between 64 and 128 warpgroups).
+// too). With o and MtdO formed in the passes, f+b on the H200 (132 multiprocessors), mma.sync ->
+// column form, by warpgroups: 64 at (2, 16384, 16, 128) 3.18 -> 4.10 ms, at (2, 2048, 16, 128)
+// 0.49 -> 0.59; 80 at (5, 2048, 8, 128) 0.64 -> 0.64 (gated 0.67 -> 0.70); 96 at (3, 2048, 16,
+// 128) 0.713 -> 0.703 (gated 0.752 -> 0.763); 112 at (7, 2048, 8, 128) 0.778 -> 0.754 (gated 0.808
+// -> 0.812); 128 at (4, 2048, 16, 128) 0.854 -> 0.815 (gated 0.883 -> 0.875).
 inline bool UseColumnPasses(const ChunkDeltaParams& p) {
   int sms = 0;
   return p.k_dim <= 2 * kBT && HasWarpgroupProducts() && MultiprocessorCount(&sms) == cudaSuccess &&

@@ -362,7 +362,8 @@ void Run(const std::string& op, const Shape& s, int reps) {
 }  // namespace
 }  // namespace flame::kernels
 
-// Usage: chunk_attention_benchmark [op[,op...] [shape index]]; FLAME_BENCH_REPS (20),
+// Usage: chunk_attention_benchmark [op[,op...] [shape]], shape an index into fla's five or B,T,H,D
+// (K = V = D) for one of its own; FLAME_BENCH_REPS (20),
 // FLAME_BENCH_WARMUP (5) and FLAME_BENCH_BUDGET_MS (1500) set the repetitions (a profiler run
 // wants 1, 0 and 0); FLAME_BENCH_RECOMPUTE_STATES=1 times every op's backward recomputing the
 // per-chunk states instead of reading the forward's.
@@ -385,7 +386,27 @@ int main(int argc, char** argv) {
       pos = comma == std::string::npos ? comma : comma + 1;
     }
   }
-  if (argc > 2) shapes = {shapes.at(std::atoi(argv[2]))};
+  if (argc > 2) {
+    Shape s{};
+    if (std::sscanf(argv[2], "%d,%d,%d,%d", &s.B, &s.T, &s.H, &s.D) == 4) {
+      if (s.B <= 0 || s.T <= 0 || s.H <= 0 || s.D <= 0 || s.D > 256 || s.D % 64 != 0) {
+        std::fprintf(stderr, "shape %s: B, T, H > 0 and D of 64, 128, 192 or 256 wanted\n",
+                     argv[2]);
+        return 2;
+      }
+      shapes = {s};
+    } else {
+      char* end = nullptr;
+      const long index = std::strtol(argv[2], &end, 10);
+      if (end == argv[2] || *end != '\0' || index < 0 ||
+          index >= static_cast<long>(shapes.size())) {
+        std::fprintf(stderr, "shape %s: an index below %zu or B,T,H,D wanted\n", argv[2],
+                     shapes.size());
+        return 2;
+      }
+      shapes = {shapes[index]};
+    }
+  }
   for (const Shape& s : shapes) {
     for (const std::string& op : ops) flame::kernels::Run(op, s, reps);
   }

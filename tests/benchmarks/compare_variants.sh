@@ -11,8 +11,8 @@
 # binaries of tests/kernels, run on every variant that names none; default chunk_gla_test),
 # SANITIZE=1 (compute-sanitizer memcheck of each variant's tests), RACECHECK=FILTER (racecheck of
 # each variant's tests over that gtest filter; the sanitizers run side by side, before the timing),
-# OPS (benchmark ops, comma-separated, default chunk_gla), SHAPE (one benchmark shape index,
-# default all five), ROUNDS (timing rounds, each variant once per round, default 2),
+# OPS (benchmark ops, comma-separated, default chunk_gla), SHAPE (one benchmark shape: an index
+# or B,T,H,D; default all five), ROUNDS (timing rounds, each variant once per round, default 2),
 # FLAME_BENCH_BUDGET_MS (default 300 here), PROFILE_SHAPE (a shape index: ncu time per kernel call
 # of OPS there, per variant). A variant folder with a bin/ folder is not built here: bin/ holds
 # its test binaries and chunk_attention_benchmark, each xz-compressed (NAME.xz), as
