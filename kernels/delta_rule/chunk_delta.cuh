@@ -194,18 +194,13 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
   return shapes && gate && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;
 }
 
-// Whether the backward's state pass reads MtdO from the scratch: the mma.sync pass, not the column
-// pass (for the current device; params' sequence count filled in here).
-inline bool BackwardReadsMtdO(const ChunkDeltaParams& params) {
+// Bytes of params.workspace the forward (backward = false) or backward needs on the current
+// device: the backward's scratch holds MtdO only for the mma.sync pass (MakeStepBase decides the
+// same way).
+inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   ChunkDeltaParams p = params;
   p.num_seqs = NumSeqs(params);
-  return !UseColumnPasses(p);
-}
-
-// Bytes of params.workspace the forward (backward = false) or backward needs on the current
-// device.
-inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
-  return CarveScratch(params, backward, backward && BackwardReadsMtdO(params), nullptr, nullptr);
+  return CarveScratch(params, backward, backward && !UseColumnPasses(p), nullptr, nullptr);
 }
 
 // Bytes of params.chunk_states.
@@ -213,12 +208,14 @@ inline size_t StatesBytes(const ChunkDeltaParams& params) {
   return CarveKeptStates(params, nullptr, nullptr);
 }
 
-// The params and scratch every kernel sees: sequence and chunk counts filled in.
+// The params and scratch every kernel sees: sequence and chunk counts filled in, and which form
+// the state passes take (the column pass writes o and forms MtdO itself).
 inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool backward) {
   StepBase base{params, Scratch{}, gated};
   base.p.num_seqs = NumSeqs(params);
   base.p.total_chunks = TotalChunks(params);
-  CarveScratch(base.p, backward, backward && BackwardReadsMtdO(base.p), params.workspace, &base.s);
+  base.column_passes = UseColumnPasses(base.p);
+  CarveScratch(base.p, backward, backward && !base.column_passes, params.workspace, &base.s);
   return base;
 }
 
@@ -243,7 +240,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
     return err;
   }
   // The column pass writes o itself (kOutput); after the mma.sync pass, OutputKernel does.
-  const bool columns = UseColumnPasses(p);
+  const bool columns = b.column_passes;
   PassVariant pass;
   if ((err = PickForwardPass(p, columns, output, &pass)) != cudaSuccess ||
       (err = RunPass(pass, b, stream)) != cudaSuccess) {
@@ -266,7 +263,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   const StepBase b = MakeStepBase(params, gated, true);
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);
-  const bool columns = !BackwardReadsMtdO(p);
+  const bool columns = b.column_passes;
   PassVariant pass;
   cudaError_t err = PickBackwardPass(p, columns, &pass);
   if (err != cudaSuccess) return err;

@@ -118,22 +118,9 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     WarpRows<kBT> du;
     du.Zero();
     float(&du_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(du.x);
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {  // in groups of four k steps, as the forward pass
-      if (j > 0) wgmma::Wait<0>();
-      uint32_t a[4][4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) dS.Bf16A(4 * j + s, a[s]);
-      wgmma::Fence();
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        wgmma::MmaRegA<kBT, false, false>(du_d, a[s],
-                                          k_desc + set_desc + (4 * j + s) * (2 * 128 / 16));
-      }
-      wgmma::Commit();
-#pragma unroll
-      for (int s = 0; s < 4; ++s) ds_stage.Put(4 * j + s, a[s]);
-    }
+    MultiplyStateCopy(dS, ds_stage, [&](int k, const uint32_t(&a)[4]) {
+      wgmma::MmaRegA<kBT, false, false>(du_d, a, k_desc + set_desc + k * (2 * 128 / 16));
+    });
     GroupBarrier(group);
     ds_stage.CopyOut(ds_dst, V, K);
     wgmma::Wait<0>();

@@ -21,10 +21,9 @@ namespace flame::kernels::delta_chunk::tiles {
 // with its A operands in registers:
 //   Ut^T = U^T - S^T W^T:       K / 16 steps of 64 x 64 x 16, B = W (K-major), A negated;
 //   S^T  = gamma_L S^T + Ut'^T K:  4 steps of 64 x K x 16, B = the keys (N-major).
-// W S's A fragments go in groups of four k steps (16 registers), each group's products waited for
-// before the next group's fragments take its registers; the fragments also go to the staging
-// tile, whose copy to the scratch (S[chunk]) runs while the last group multiplies. A chunk's
-// Ut goes out (staged likewise) while the keys' product runs.
+// W S's A fragments go in groups of four k steps (MultiplyStateCopy), and to the staging tile,
+// whose copy to the scratch (S[chunk]) runs while the last group multiplies. A chunk's Ut goes out
+// (staged likewise) while the keys' product runs.
 // kOutput: the pass also writes the output, o = scale [diag(gamma) Q S + M Ut] (OutputKernel's,
 // which then does not run), from the same registers, in the warps' transposed form:
 //   o^T = scale [(S^T Q^T) diag(gamma) + Ut^T M^T]:  K / 16 steps of 64 x 64 x 16 beside W S's
@@ -142,23 +141,11 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
     WarpRows<kBT> o;  // o^T / scale (kOutput)
     float(&o_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(o.x);
     if (kOutput) o.Zero();
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-      if (j > 0) wgmma::Wait<0>();  // the group before is done with the fragments' registers
-      uint32_t a[4][4];
-#pragma unroll
-      for (int s = 0; s < 4; ++s) S.Bf16A(4 * j + s, a[s]);
-      wgmma::Fence();
-#pragma unroll
-      for (int s = 0; s < 4; ++s) {
-        const uint64_t step = set_desc + (4 * j + s) * (2 * 128 / 16);
-        wgmma::MmaRegA<kBT, true, false>(ut_d, a[s], w_desc + step);
-        if (kOutput) wgmma::MmaRegA<kBT, false, false>(o_d, a[s], q_desc + step);
-      }
-      wgmma::Commit();
-#pragma unroll
-      for (int s = 0; s < 4; ++s) s_stage.Put(4 * j + s, a[s]);
-    }
+    MultiplyStateCopy(S, s_stage, [&](int k, const uint32_t(&a)[4]) {
+      const uint64_t step = set_desc + k * (2 * 128 / 16);
+      wgmma::MmaRegA<kBT, true, false>(ut_d, a, w_desc + step);
+      if (kOutput) wgmma::MmaRegA<kBT, false, false>(o_d, a, q_desc + step);
+    });
     // S's bf16 copy to the scratch while the products run.
     GroupBarrier(group);
     s_stage.CopyOut(s_dst, V, K);

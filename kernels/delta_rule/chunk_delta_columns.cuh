@@ -28,6 +28,7 @@
 
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/common/ptx.cuh"
+#include "kernels/common/wgmma.cuh"
 #include "kernels/delta_rule/chunk_delta_copies.cuh"
 
 namespace flame::kernels::delta_chunk::tiles {
@@ -125,6 +126,29 @@ struct GroupStage {
     }
   }
 };
+
+// The warpgroup products whose A is the warp's state copy (the passes' W S or S^T Q^T, and K dS):
+// the state's bf16 fragments in groups of four k steps (16 registers), each group's products --
+// products(k, a) for k step k with fragment a -- waited for before the next group's fragments
+// take its registers; every fragment also goes to the staging tile, for the state's per-chunk
+// copy. The last group's products are left running (committed).
+template <int K, typename Products>
+__device__ __forceinline__ void MultiplyStateCopy(const WarpRows<K>& state,
+                                                  const GroupStage<K>& stage, Products products) {
+#pragma unroll
+  for (int j = 0; j < K / 64; ++j) {
+    if (j > 0) wgmma::Wait<0>();  // the group before is done with the fragments' registers
+    uint32_t a[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) state.Bf16A(4 * j + s, a[s]);
+    wgmma::Fence();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) products(4 * j + s, a[s]);
+    wgmma::Commit();
+#pragma unroll
+    for (int s = 0; s < 4; ++s) stage.Put(4 * j + s, a[s]);
+  }
+}
 
 // The barrier of warpgroup g's 128 threads (g < 2: named barrier 1 + g; 0 is __syncthreads').
 // Immediate ids: with a register id the compiler reserves all 16 barriers.

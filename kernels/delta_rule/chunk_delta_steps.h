@@ -235,6 +235,7 @@ struct StepBase {
   ChunkDeltaParams p;
   Scratch s;
   bool gated;
+  bool column_passes = false;  // the state passes in column form (chunk_delta.cuh, UseColumnPasses)
 };
 
 // The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with
