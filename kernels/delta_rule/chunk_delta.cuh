@@ -1,6 +1,7 @@
 // GPU run of the chunked delta rule: the order of the kernels, shared by chunk_delta_rule and
 // chunk_gated_delta_rule (the gated flag is a runtime value). Scalar steps (chunk_delta_steps.h,
-// chunk_delta_backward_steps.h) run one thread per unit; the chunk products run as the kernels of
+// chunk_delta_backward_steps.h) run one thread per unit, the gate's chunk-local scans one warp per
+// (chunk, head) (chunk_delta_gate_scans.cuh); the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
 // (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
 // chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh). Included only by
@@ -17,6 +18,7 @@
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_column_backward.cuh"
 #include "kernels/delta_rule/chunk_delta_column_forward.cuh"
+#include "kernels/delta_rule/chunk_delta_gate_scans.cuh"
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
@@ -42,6 +44,15 @@ cudaError_t RunStep(const Step& step, cudaStream_t stream) {
   if (units == 0) return cudaSuccess;
   const int64_t blocks = (units + kStepThreads - 1) / kStepThreads;
   StepKernel<Step><<<static_cast<unsigned>(blocks), kStepThreads, 0, stream>>>(step);
+  return cudaGetLastError();
+}
+
+// A gate scan of chunk_delta_gate_scans.cuh: one warp per (chunk, head).
+inline cudaError_t RunScan(void (*kernel)(StepBase), const StepBase& b, cudaStream_t stream) {
+  const int64_t threads = int64_t{b.p.total_chunks} * b.p.heads * 32;
+  if (threads == 0) return cudaSuccess;
+  kernel<<<static_cast<unsigned>((threads + kScanThreads - 1) / kScanThreads), kScanThreads, 0,
+           stream>>>(b);
   return cudaGetLastError();
 }
 
@@ -234,7 +245,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                        dim3(static_cast<unsigned>((row_units + tiles::kWarps - 1) / tiles::kWarps)),
                        0, b, stream);
   if (err != cudaSuccess) return err;
-  if ((err = RunStep(GateCumsum{b}, stream)) != cudaSuccess || kept) return err;
+  if ((err = RunScan(GateCumsumKernel, b, stream)) != cudaSuccess || kept) return err;
   if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.k_dim, p.v_dim),
                       b, stream)) != cudaSuccess) {
     return err;
@@ -291,7 +302,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
     return err;
   }
   if (!gated) return cudaSuccess;
-  if ((err = RunStep(GateGrads{b}, stream)) != cudaSuccess) return err;
+  if ((err = RunScan(GateGradsKernel, b, stream)) != cudaSuccess) return err;
   return p.gate_in_kernel ? RunStep(HeadGrads{b}, stream) : cudaSuccess;
 }
 

@@ -1,7 +1,5 @@
-// The scalar backward steps of the gated delta rule, after the tile kernels (chunk_delta_tiles.cuh)
-// have left dG, the gradient of the chunk-local cumsum G, in scratch:
-//   GateGrads   dg = reverse chunk-local cumsum of dG; da through the in-kernel gate; the
-//               chunk's sums of dg g and da
+// The scalar backward step of the gated delta rule after GateGradsKernel
+// (chunk_delta_gate_scans.cuh) has left the chunks' sums of dg g and da in scratch:
 //   HeadGrads   dA_log = sum dg g, ddt_bias = sum da over the head's chunks
 #pragma once
 
@@ -9,34 +7,8 @@
 
 namespace flame::kernels::delta_chunk {
 
-// Unit = (chunk, head), gated only: dg = reverse chunk-local cumsum of dG (G_i = sum_{t<=i} g_t),
-// then da = dg, or dg * -exp(A_log) softplus'(a + dt_bias) with the in-kernel gate.
-struct GateGrads : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads; }
-  FLAME_HD void operator()(int64_t u) const {
-    const int h = static_cast<int>(u % p.heads);
-    const Chunk c = LocateChunk(p, static_cast<int>(u / p.heads));
-    float acc = 0.0f, sum_dg_g = 0.0f, sum_da = 0.0f;
-    for (int i = c.rows - 1; i >= 0; --i) {
-      const int64_t ri = (c.row + i) * p.heads + h;
-      acc += s.dG[ri];  // dg of row i
-      const int64_t si = In(p.scalar_strides, c.batch, c.t0 + i, h);
-      float da = acc;
-      if (p.gate_in_kernel) {
-        const float x = p.a[si] + p.dt_bias[h];
-        da = -acc * expf(p.A_log[h]) * (x > kSoftplusThreshold ? 1.0f : Sigmoid(x));
-      }
-      p.da[si] = da;
-      sum_dg_g += acc * s.g[ri];
-      sum_da += da;
-    }
-    s.gate_sums[u * 2] = sum_dg_g;
-    s.gate_sums[u * 2 + 1] = sum_da;
-  }
-};
-
 // Unit = head, gate_in_kernel only: dA_log = sum dg g and ddt_bias = sum da over every token of
-// the head, from GateGrads' per-chunk sums in chunk order (deterministic, no atomics).
+// the head, from GateGradsKernel's per-chunk sums in chunk order (deterministic, no atomics).
 struct HeadGrads : StepBase {
   FLAME_HD int64_t Units() const { return p.heads; }
   FLAME_HD void operator()(int64_t u) const {

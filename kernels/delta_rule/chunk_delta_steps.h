@@ -262,19 +262,4 @@ struct RowScalars : StepBase {
   }
 };
 
-// Unit = (chunk, head): G = chunk-local inclusive cumsum of g.
-struct GateCumsum : StepBase {
-  FLAME_HD int64_t Units() const { return int64_t{TotalChunks(p)} * p.heads; }
-  FLAME_HD void operator()(int64_t u) const {
-    const int h = static_cast<int>(u % p.heads);
-    const Chunk c = LocateChunk(p, static_cast<int>(u / p.heads));
-    float acc = 0.0f;
-    for (int i = 0; i < c.rows; ++i) {
-      const int64_t x = (c.row + i) * p.heads + h;
-      acc += s.g[x];
-      s.G[x] = acc;
-    }
-  }
-};
-
 }  // namespace flame::kernels::delta_chunk
