@@ -17,16 +17,16 @@ namespace flame::kernels::delta_chunk::tiles {
 // strict_tril(KK * D): by the forward where the caller keeps it, else by the backward's
 // recompute); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored as KD is, for
 // WYBackward); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V
-// (bf16 too), each slice an fp32 x bf16 product of
-// the scaled T and the rows' tile as copied, stored from the registers. Shared memory: two fp32
-// tiles (A, then the scaled T; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices
-// land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form loaded q
-// and k through registers into fp32 tiles, one 64-wide slice per step with two barriers, for TF32
-// products (four operand loads per product where bf16 needs one), and staged M and U through a
-// third tile: 620 us per call at (2,16384,16,128).
+// (bf16 too), each slice a product of the scaled T as two bf16 tiles (StoreSplitBf16Pair's hi
+// and lo: 16 bits of mantissa) and the rows' tile as copied. Shared memory: two fp32
+// tiles (A, then the scaled T in bf16; T), G and beta, and the rows' bf16 tiles (k, and q where V's
+// slices land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form
+// loaded q and k through registers into fp32 tiles, one 64-wide slice per step with two barriers,
+// for TF32 products (four operand loads per product where bf16 needs one), and staged M and U
+// through a third tile: 620 us per call at (2,16384,16,128).
 __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  float* y = reinterpret_cast<float*>(smem4);  // A (leading dimension kLd), then T diag(f) (kLdT)
+  float* y = reinterpret_cast<float*>(smem4);  // A (leading dimension kLd), then T diag(f) in bf16
   float* T = y + kBT * kLdT;
   float* G = T + kTile;
   float* beta = G + kBT;
@@ -90,16 +90,22 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   }
   InvertUnitLower(T, y);
   if (b.s.T != nullptr) StoreMat(b.s.T + Mat(p, chunk, h), T);  // the backward (WYBackward)
-  // T diag(f) into y (TF32; its earlier readers are behind the last barrier), each thread one
-  // column m with its factor f, then dst = T diag(f) X for each 64-wide slice of the rows' tiles
-  // x: the product overwrites its own slice in bf16 once every warp has read it, and the slice
-  // leaves in 16-byte row pieces. (Stored from the registers, two columns per store, the kernel's
-  // outputs took most of its L1 requests.)
-  const int m = threadIdx.x % kBT;
-  const auto scale_t = [&](float f) {
+  // T diag(f) into y's space as hi + lo bf16 tiles (its earlier readers are behind the last
+  // barrier), each thread the columns m, m + 1 with their factors f(m), then dst = T diag(f) X
+  // for each 64-wide slice of the rows' tiles x: the product overwrites its own slice in bf16 once
+  // every warp has read it, and the slice leaves in 16-byte row pieces. (Stored from the
+  // registers, two columns per store, the kernel's outputs took most of its L1 requests.) The
+  // split operand's products read A by ldmatrix; as a TF32 tile A took two 8-byte loads per
+  // fragment and B's bf16 pairs were widened to TF32, about twice the instructions per product.
+  bf16* t_hi = reinterpret_cast<bf16*>(y);
+  bf16* t_lo = t_hi + kBf16Tile;
+  static_assert(2 * kBf16Tile * 2 <= kBT * kLdT * 4, "T diag(f)'s two bf16 tiles fit in y");
+  const int m = threadIdx.x % 32 * 2;
+  const auto scale_t = [&](float f0, float f1) {
 #pragma unroll
-    for (int i = threadIdx.x / kBT; i < kBT; i += kThreads / kBT) {
-      y[i * kLdT + m] = tile::RoundTf32(T[i * kLd + m] * f);
+    for (int i = threadIdx.x / 32; i < kBT; i += kWarps) {
+      const float2 t = *reinterpret_cast<const float2*>(T + i * kLd + m);
+      tile::StoreSplitBf16Pair(t_hi + i * kLdBf16 + m, t_lo + i * kLdBf16 + m, t.x * f0, t.y * f1);
     }
   };
   const auto store_t_times = [&](bf16* x, int slices, bf16* dst, int64_t ld) {
@@ -107,19 +113,19 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
       bf16* slice = x + j * kBf16Tile;
       Acc acc;
       acc.Zero();
-      tile::MmaTf32Bf16Acc64(acc, kBT, y, kLdT, slice, kLdBf16);
+      tile::MmaSplitBf16Acc64<true, true>(acc, kBT, t_hi, kLdBf16, kBf16Tile, slice, kLdBf16);
       __syncthreads();  // every warp has read the slice
       acc.StoreBf16(slice, kLdBf16);
       __syncthreads();
       StoreTokTile(dst + j * kBT, ld, slice, c.rows);
     }
   };
-  scale_t(beta[m] * __expf(G[m]));
+  scale_t(beta[m] * __expf(G[m]), beta[m + 1] * __expf(G[m + 1]));
   __syncthreads();
   store_t_times(k_tiles, nk, b.s.W + Tok(p, c.row, h, p.k_dim), int64_t{p.heads} * p.k_dim);
   __pipeline_wait_prior(0);  // V
   __syncthreads();           // V is in; y's readers are done
-  scale_t(beta[m]);
+  scale_t(beta[m], beta[m + 1]);
   __syncthreads();
   store_t_times(v_tiles, p.v_dim / kBT, b.s.U + Tok(p, c.row, h, p.v_dim),
                 int64_t{p.heads} * p.v_dim);
