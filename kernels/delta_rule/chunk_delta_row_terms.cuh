@@ -56,13 +56,57 @@ struct RowTermsLayout {
 };
 inline size_t RowTermsSmem() { return RowTermsLayout::kBytes; }
 
+// One V step's four products over its 64 columns, from the step's tiles (kLdBf16):
+//   sdo += dO S^T,  ndw += dUt S^T,  dkd += Ut dS'^T,  dm += dO Ut^T,
+// interleaved per 16-deep k step, so that their sixteen accumulator chains are independent and
+// every fragment is loaded once (dO's for two products, S's for two).
+__device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ndw, Acc& dkd, Acc& dm,
+                                                     const bf16* s, const bf16* ds, const bf16* d_o,
+                                                     const bf16* dut, const bf16* ut) {
+  using tile::Bf16AOperand, tile::Bf16BOperand;
+  const int col = Acc::Col();
+  // B(l, j) = X(j, l): the columns of the products are the rows of S, dS' and Ut.
+  const Bf16BOperand<false> b_s(s + col * kLdBf16, kLdBf16), b_ds(ds + col * kLdBf16, kLdBf16),
+      b_ut(ut + col * kLdBf16, kLdBf16);
+  Bf16AOperand<true> a_do[2], a_dut[2], a_ut[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int row = Acc::Row(i) * kLdBf16;
+    a_do[i] = {d_o + row, kLdBf16};
+    a_dut[i] = {dut + row, kLdBf16};
+    a_ut[i] = {ut + row, kLdBf16};
+  }
+  const auto mma = [](tile::WarpAcc16& c, const uint32_t(&fa)[4], const uint32_t(&fb)[4]) {
+    ptx::MmaM16N8K16Bf16(c.x, fa, fb[0], fb[1]);
+    ptx::MmaM16N8K16Bf16(c.x + 4, fa, fb[2], fb[3]);
+  };
+#pragma unroll
+  for (int l = 0; l < kBT; l += 16) {
+    uint32_t fs[4], fds[4], fut[4];
+    b_s.Load(fs, l);
+    b_ds.Load(fds, l);
+    b_ut.Load(fut, l);
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      uint32_t fdo[4], fdut[4], fa_ut[4];
+      a_do[i].Load(fdo, l);
+      a_dut[i].Load(fdut, l);
+      a_ut[i].Load(fa_ut, l);
+      mma(sdo.part[i], fdo, fs);
+      mma(ndw.part[i], fdut, fs);
+      mma(dkd.part[i], fa_ut, fds);
+      mma(dm.part[i], fdo, fut);
+    }
+  }
+}
+
 __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   using L = RowTermsLayout;
   extern __shared__ float4 smem4[];
   char* at = reinterpret_cast<char*>(smem4);
   bf16* s = reinterpret_cast<bf16*>(at);
   bf16* ds = s + kBf16Tile;
-  bf16* d_o = ds + kBf16Tile;  // d_o and dut adjacent: the left operands of one shared product
+  bf16* d_o = ds + kBf16Tile;
   bf16* dut = d_o + kBf16Tile;
   bf16* ut = dut + kBf16Tile;
   bf16* dmd_hi = reinterpret_cast<bf16*>(at);  // after the loop: dMD = dmd_hi + dmd_lo
@@ -116,10 +160,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       gamma[threadIdx.x] = expf(G[threadIdx.x]);
       decay[threadIdx.x] = expf(G[c.rows - 1] - G[threadIdx.x]);
     }
-    tile::MmaBf16Acc64<true, false, 2>(sdo_dw, kBT, d_o, kLdBf16, kBf16Tile, s, kLdBf16,
-                                       tile::KeepBFragment{});
-    tile::MmaBf16Acc64<true, false>(dkd, kBT, ut, kLdBf16, ds, kLdBf16);
-    tile::MmaBf16Acc64<true, false>(dm, kBT, d_o, kLdBf16, ut, kLdBf16);
+    RowTermsStepProducts(sdo_dw[0], sdo_dw[1], dkd, dm, s, ds, d_o, dut, ut);
     state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'> over this step's tiles
     __syncthreads();
   }
