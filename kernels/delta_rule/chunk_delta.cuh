@@ -245,7 +245,9 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                        dim3(static_cast<unsigned>((row_units + tiles::kWarps - 1) / tiles::kWarps)),
                        0, b, stream);
   if (err != cudaSuccess) return err;
-  if ((err = RunScan(GateCumsumKernel, b, stream)) != cudaSuccess || kept) return err;
+  // Ungated, the row scalars wrote G = 0 (StoreRowScalars).
+  if (b.gated && (err = RunScan(GateCumsumKernel, b, stream)) != cudaSuccess) return err;
+  if (kept) return cudaSuccess;
   if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.k_dim, p.v_dim),
                       b, stream)) != cudaSuccess) {
     return err;

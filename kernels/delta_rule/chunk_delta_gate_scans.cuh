@@ -1,4 +1,5 @@
-// The chunk-local scans of the gate, one warp per (chunk, head): the forward's cumsum
+// The chunk-local scans of the gate, one warp per (chunk, head): the forward's cumsum (gated
+// rule; ungated, G = 0 is written with the row scalars)
 //   G_i = sum_{t <= i} g_t
 // and the backward's reverse cumsum of dG (formulas in chunk_delta_backward_steps.h),
 //   dg_i = sum_{t >= i} dG_t, da_i = dg_i (or through the in-kernel gate), and the chunk's sums

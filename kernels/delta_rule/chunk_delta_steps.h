@@ -241,11 +241,13 @@ struct StepBase {
 // The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with
 // beta_sigmoid; g: a, or a + dt_bias with the in-kernel gate; a_log: A_log[h] with it) to the
 // scratch: beta, and the log decay g (0 ungated; fla's in-kernel gate with gate_in_kernel).
+// Ungated, also its chunk-local cumsum G = 0, for which GateCumsumKernel then does not run.
 FLAME_HD inline void StoreRowScalars(const StepBase& b, int64_t unit, float beta, float g,
                                      float a_log) {
   const ChunkDeltaParams& p = b.p;
   b.s.bt[unit] = p.beta_sigmoid ? Sigmoid(beta) : beta;
   b.s.g[unit] = b.gated && p.gate_in_kernel ? -expf(a_log) * Softplus(g) : g;
+  if (!b.gated) b.s.G[unit] = 0.0f;
 }
 
 // Unit = (token row, head): the row scalars, where the kernels read q and k in place (else
