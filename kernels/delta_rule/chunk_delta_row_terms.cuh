@@ -39,18 +39,17 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 // Shared memory: the V step's five bf16 tiles (leading dimension kLdBf16), whose space dMD's two
-// bf16 tiles take after the loop; the slice's q and k tiles; M (bf16) and P (fp32, kLd), the
-// first slice's; G and the rows' factors gamma and exp(G_L - G); the row parts of dG (four warps
-// per row); P's row sums; the warps' parts of <S, dS'> and of the decayed key sum.
+// bf16 tiles take after the loop; the slice's q and k tiles; M (bf16), the first slice's; G and
+// the rows' factors gamma and exp(G_L - G); the row parts of dG (four warps per row); P's column
+// sums (two warps per column); the warps' parts of <S, dS'> and of the decayed key sum.
 struct RowTermsLayout {
   static constexpr int kStep = 5 * kBf16Tile * 2;  // bytes
   static constexpr int kQK = kStep;
   static constexpr int kM = kQK + 2 * kBf16Tile * 2;
-  static constexpr int kP = kM + kBf16Tile * 2;
-  static constexpr int kG = kP + kTile * 4;
+  static constexpr int kG = kM + kBf16Tile * 2;
   static constexpr int kRowParts = kG + 3 * kBT * 4;
-  static constexpr int kPSums = kRowParts + tile::kAcc64ColumnTiles * kBT * 4;
-  static constexpr int kWarpSums = kPSums + kBT * 4;
+  static constexpr int kColParts = kRowParts + tile::kAcc64ColumnTiles * kBT * 4;
+  static constexpr int kWarpSums = kColParts + 2 * kBT * 4;
   static constexpr int kBytes = kWarpSums + 2 * kWarps * 4;
   static_assert(2 * kBf16Tile * 2 <= kStep, "dMD's two tiles fit in the step's");
 };
@@ -113,13 +112,12 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   bf16* dmd_lo = dmd_hi + kBf16Tile;
   bf16* q = reinterpret_cast<bf16*>(at + L::kQK);
   bf16* k = q + kBf16Tile;
-  bf16* M = reinterpret_cast<bf16*>(at + L::kM);  // M and P = dM * M: the first slice's
-  float* P = reinterpret_cast<float*>(at + L::kP);
+  bf16* M = reinterpret_cast<bf16*>(at + L::kM);  // the first slice's
   float* G = reinterpret_cast<float*>(at + L::kG);
   float* gamma = G + kBT;
   float* decay = gamma + kBT;  // exp(G_L - G)
   float* row_parts = reinterpret_cast<float*>(at + L::kRowParts);
-  float* p_sums = reinterpret_cast<float*>(at + L::kPSums);
+  float* col_parts = reinterpret_cast<float*>(at + L::kColParts);  // [2][64]: P's column sums
   float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // [2][kWarps]
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
@@ -172,7 +170,11 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // Each decay exp(G_r - G_j) is one MUFU.EX2 (ptx::Exp2; terms past the diagonal, whose exponent
   // is positive, are selected away), with no branch per element: expf's range test and a branch
   // per element around the loads of G took ~800 of the kernel's ~2100 SASS instructions (now
-  // ~320). P = dM * M too.
+  // ~320). With them, the first slice's P = dM * M (strictly lower), summed over the lane's
+  // rows and columns in registers (as a tile summed by rows and columns it took a 17 KB tile,
+  // and a loop of strided loads after a barrier).
+  float p_row[4] = {},
+        p_col[4] = {};  // rows ElementRow(i, 2 half); columns ElementCol(e), e % 4 < 2
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -186,8 +188,10 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
           col + 1 <= r ? f * dm1 * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
       if (first_slice) {
         const float2 mv = tile::TilePairAt(M, r, col);
-        *reinterpret_cast<float2*>(P + r * kLd + col) =
-            make_float2(col < r ? f * dm0 * mv.x : 0.0f, col + 1 < r ? f * dm1 * mv.y : 0.0f);
+        const float p0 = col < r ? f * dm0 * mv.x : 0.0f, p1 = col + 1 < r ? f * dm1 * mv.y : 0.0f;
+        p_row[2 * i + e / 2 % 2] += p0 + p1;
+        p_col[e / 4 * 2] += p0;
+        p_col[e / 4 * 2 + 1] += p1;
       }
     }
   }
@@ -196,31 +200,37 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // The last row's own key term is in both with opposite signs (its decay is exp(0) = 1) and is
   // left out of both: summed in different orders, the two would leave a rounding residue of
   // k_L.dKd_L's size in a dG that strong decay makes near zero (da then failed its bar at
-  // gate normaliser 100).
+  // gate normaliser 100). The first slice adds rowsum_i(P) (the lane's row sums, once per row).
   float keys = 0.0f;
   tile::StoreRowSumParts(row_parts, [&](int r, int col, int i, int e) {
     const float2 qv = tile::TilePairAt(q, r, col), kv = tile::TilePairAt(k, r, col);
     const float key =
         r == c.rows - 1 ? 0.0f : decay[r] * (kv.x * dkd.part[i].x[e] + kv.y * dkd.part[i].x[e + 1]);
     keys += key;
-    return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key;
+    const float row_p = first_slice && e < 4 ? p_row[2 * i + e / 2] : 0.0f;
+    return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key +
+           row_p;
   });
+  if (first_slice) {
+    // colsum_i(P): the column sums over the warp's lanes g (the same t), then lane t's four
+    // columns to the part of the warp's rows (warps w and w + 4 share columns).
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      for (int off = 4; off < 32; off *= 2) p_col[j] += __shfl_xor_sync(0xffffffffu, p_col[j], off);
+    }
+    if (threadIdx.x % 32 < 4) {
+      float* part = col_parts + threadIdx.x / 32 / 4 * kBT;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) part[Acc::ElementCol(j / 2 * 4 + j % 2)] = p_col[j];
+    }
+  }
   state_dot = WarpSum(state_dot);
   keys = WarpSum(keys);
   if (threadIdx.x % 32 == 0) {
     warp_sums[threadIdx.x / 32] = state_dot;
     warp_sums[kWarps + threadIdx.x / 32] = keys;
   }
-  __syncthreads();  // dMD, P and the parts are in
-  if (first_slice) {
-    // rowsum_i(P) - colsum_i(P), four threads per row.
-    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
-    float sums = 0.0f;
-    for (int j = part; j < kBT; j += 4) sums += P[i * kLd + j] - P[j * kLd + i];
-    sums += __shfl_xor_sync(0xffffffffu, sums, 1);
-    sums += __shfl_xor_sync(0xffffffffu, sums, 2);
-    if (part == 0) p_sums[i] = sums;
-  }
+  __syncthreads();  // dMD and every part of dG are in
   sdo.Transform([&](int r, int, float v) { return p.scale * gamma[r] * v; });
   tile::MmaSplitBf16Acc64<true, true>(sdo, kBT, dmd_hi, kLdBf16, kBf16Tile, k, kLdBf16);
   if (p.qk_l2norm) {
@@ -231,11 +241,10 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   dkd.Transform([&](int r, int, float v) { return decay[r] * v; });
   tile::MmaSplitBf16Acc64<false, true>(dkd, kBT, dmd_hi, kLdBf16, kBf16Tile, q, kLdBf16);
   StoreAccRows(dkd, TokPtr(b.s.dk_rows, p, c, 0, h, K) + k0, qk_stride, c.rows);
-  __syncthreads();  // P's sums are in
   if (threadIdx.x < kBT) {
     const int r = threadIdx.x;
     float dG = tile::RowSum(row_parts, r);
-    if (first_slice) dG += p_sums[r];
+    if (first_slice) dG -= col_parts[r] + col_parts[kBT + r];
     if (r == c.rows - 1) {
       float state = 0.0f, key_sum = 0.0f;
       for (int w = 0; w < kWarps; ++w) state += warp_sums[w], key_sum += warp_sums[kWarps + w];
