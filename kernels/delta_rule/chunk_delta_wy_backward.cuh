@@ -50,7 +50,8 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   float* kdx_parts = vdy_parts + tile::kAcc64ColumnTiles * kBT;  // and of k . dX
   float* t_sums = kdx_parts + tile::kAcc64ColumnTiles * kBT;     // rowsum_i(t)
   float* t_col_sums = t_sums + kBT;                              // (t^T beta)_i
-  bf16* grad = reinterpret_cast<bf16*>(t_col_sums + kBT);        // the slice of dW or dUt
+  float* dG_parts = t_col_sums + kBT;                            // RowTerms' (kMaxKSlices x 64)
+  bf16* grad = reinterpret_cast<bf16*>(dG_parts + kMaxKSlices * kBT);  // the slice of dW or dUt
   bf16* rows = grad + kBf16Tile;                                 // the slice's k or v rows
   static_assert(2 * kBf16Tile * 2 <= kBT * kLdT * 4, "a slice's two tiles fit in Z's space");
   const ChunkDeltaParams& p = b.p;
@@ -59,6 +60,12 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
                   c.rows);
   IssueMat<kLd>(T, b.s.T + Mat(p, chunk, h));
+  // RowTerms' parts of dG, read at the very end: copied now, so that no block waits on memory
+  // there (16 bytes a thread).
+  if (threadIdx.x < p.k_dim / kBT * (kBT / 4)) {
+    __pipeline_memcpy_async(dG_parts + 4 * threadIdx.x,
+                            b.s.dG_parts + DGPart(p, chunk, h, 0) + 4 * threadIdx.x, 16);
+  }
   __pipeline_commit();
   const int64_t k_stride = int64_t{p.heads} * p.k_dim;
   const TokTilePieces k_pieces(k_stride);  // of k and dW
@@ -206,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   if (threadIdx.x < c.rows) {
     const int r = threadIdx.x;
     const float kdx = tile::RowSum(kdx_parts, r);
-    const float* parts = b.s.dG_parts + DGPart(p, chunk, h, 0) + r;
+    const float* parts = dG_parts + r;
     float dG = beta[r] * gamma[r] * kdx + beta[r] * t_sums[r] - t_col_sums[r];
     for (int s = 0; s < p.k_dim / kBT; ++s) dG += parts[s * kBT];
     b.s.dG[Tok(p, c.row + r, h, 1)] = dG;
@@ -217,7 +224,8 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
 }
 
 inline size_t WYBackwardSmem() {
-  return (2 * kTile + kBT * kLdT + (5 + 2 * tile::kAcc64ColumnTiles) * kBT) * sizeof(float) +
+  return (2 * kTile + kBT * kLdT + (5 + 2 * tile::kAcc64ColumnTiles + kMaxKSlices) * kBT) *
+             sizeof(float) +
          2 * kBf16Tile * sizeof(bf16);
 }
 
