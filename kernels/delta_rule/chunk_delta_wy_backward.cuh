@@ -38,19 +38,19 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   // T and dT at leading dimension kLd (T read transposed by the slices' paired loads and as
   // ldmatrix rows in dT T^T; dT written transposed and read by ldmatrix: conflict-free at 4 mod
-  // 32), Z at kLdT (the row-major B of T^T Z). Once dA is formed, t = dA * KD takes dT's place
-  // and then each slice's dk_r; dAb + dAb^T takes Z's (a row-major TF32 A operand: kLdT).
+  // 32), Z at kLdT (the row-major B of T^T Z). Once Z is formed, KD takes dT's place and then
+  // each slice's dk_r; dAb + dAb^T takes Z's (a row-major TF32 A operand: kLdT).
   float* T = reinterpret_cast<float*>(smem4);
-  float* x = T + kTile;  // dT; t; dk_r
+  float* x = T + kTile;  // dT; KD; dk_r
   float* y = x + kTile;  // the second buffer of the first passes; Z; dAb + dAb^T
   float* G = y + kBT * kLdT;
   float* beta = G + kBT;
   float* gamma = beta + kBT;
   float* vdy_parts = gamma + kBT;  // per row, the four warps' parts of v . dY
-  float* kdx_parts = vdy_parts + tile::kAcc64ColumnTiles * kBT;  // and of k . dX
-  float* t_sums = kdx_parts + tile::kAcc64ColumnTiles * kBT;     // rowsum_i(t)
-  float* t_col_sums = t_sums + kBT;                              // (t^T beta)_i
-  float* dG_parts = t_col_sums + kBT;                            // RowTerms' (kMaxKSlices x 64)
+  // and of rowsum_i(t) + gamma_i k_i . dX_i
+  float* x_parts = vdy_parts + tile::kAcc64ColumnTiles * kBT;
+  float* t_col_parts = x_parts + tile::kAcc64ColumnTiles * kBT;  // [2][64]: parts of (t^T beta)_i
+  float* dG_parts = t_col_parts + 2 * kBT;                       // RowTerms' (kMaxKSlices x 64)
   bf16* grad = reinterpret_cast<bf16*>(dG_parts + kMaxKSlices * kBT);  // the slice of dW or dUt
   bf16* rows = grad + kBf16Tile;                                 // the slice's k or v rows
   static_assert(2 * kBf16Tile * 2 <= kBT * kLdT * 4, "a slice's two tiles fit in Z's space");
@@ -92,8 +92,10 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     __pipeline_commit();
   };
   // T^T times a gradient slice, an fp32 x bf16 product (T read transposed), and the row dots of
-  // the product with the slice's rows (x: k or v), onto the earlier slices' parts with `add`.
-  const auto t_times = [&](const bf16* slice, const bf16* x, float* parts, bool add) {
+  // the product with the slice's rows (x: k or v; with by_gamma times gamma_row), onto the
+  // earlier parts with `add`.
+  const auto t_times = [&](const bf16* slice, const bf16* x, float* parts, bool add,
+                           bool by_gamma) {
     Acc out;
     out.Zero();
     tile::MmaTf32Bf16Acc64<false>(out, kBT, T, kLd, slice, kLdBf16);
@@ -101,7 +103,8 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
         parts,
         [&](int row, int col, int i, int e) {
           const float2 xv = tile::TilePairAt(x, row, col);
-          return out.part[i].x[e] * xv.x + out.part[i].x[e + 1] * xv.y;
+          const float dot = out.part[i].x[e] * xv.x + out.part[i].x[e + 1] * xv.y;
+          return by_gamma ? gamma[row] * dot : dot;
         },
         add);
     return out;
@@ -124,7 +127,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     tile::MmaBf16Acc64<true, false>(dTt, kBT, r, kLdBf16, g, kLdBf16);
     if (n >= nk) {
       const int v0 = (n - nk) * kBT;
-      Acc dy = t_times(g, r, vdy_parts, v0 > 0);  // and v . dY
+      Acc dy = t_times(g, r, vdy_parts, v0 > 0, false);  // and v . dY
       dy.Transform([&](int row, int, float v) { return beta[row] * v; });
       StoreAccRows(dy, p.dv + In(p.v_strides, c.batch, c.t0, h) + v0, p.v_strides.token, c.rows);
     }
@@ -153,12 +156,12 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   tile::MmaTf32Acc64<false, true>(dA, kBT, T, kLd, y, kLdT);
   __pipeline_wait_prior(0);
   __syncthreads();  // KD (and the first slice) are in; Z is free
-  // t = dA * KD over KD; dAb + dAb^T over Z: the thread of a lower element writes it and its
-  // mirror (and the diagonal's zero), so that every element is written once.
+  // t = dA * KD in dA's registers (KD is zero on and above the diagonal); dAb + dAb^T over Z:
+  // the thread of a lower element writes it and its mirror (and the diagonal's zero), so that
+  // every element is written once.
   dA.Transform([&](int r, int col, float v) {
     const bool lower = r < c.rows && col < r;
     const float da = lower ? -v : 0.0f;
-    x[r * kLd + col] = lower ? da * x[r * kLd + col] : 0.0f;
     if (col < r) {
       const float ab = tile::RoundTf32(beta[r] * da * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2));
       y[r * kLdT + col] = ab;
@@ -166,21 +169,35 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     } else if (col == r) {
       y[r * kLdT + r] = 0.0f;
     }
-    return v;
+    return da * x[r * kLd + col];
   });
-  __syncthreads();  // t and dAb + dAb^T are in
+  // rowsum_i(t) from the registers, the first of the row parts that the K slices add gamma_i
+  // k_i . dX_i to; (t^T beta)_i from the lane's columns, summed over the lanes g (the same t) and
+  // stored by lanes 0-3 as the part of the warp's rows (warps w and w + 4 share columns). (As t
+  // stored over KD and summed by strided loads, it took a barrier of its own.)
+  const Acc& t = dA;
+  tile::StoreRowSumParts(
+      x_parts, [&](int, int, int i, int e) { return t.part[i].x[e] + t.part[i].x[e + 1]; });
   {
-    // rowsum_i(t) and (t^T beta)_i, four threads per row.
-    const int i = threadIdx.x / 4, part = threadIdx.x % 4;
-    float row = 0.0f, col = 0.0f;
-    for (int j = part; j < kBT; j += 4) row += x[i * kLd + j], col += beta[j] * x[j * kLd + i];
-    for (int off = 1; off < 4; off *= 2) {
-      row += __shfl_xor_sync(0xffffffffu, row, off);
-      col += __shfl_xor_sync(0xffffffffu, col, off);
+    float t_col[4] = {};  // columns ElementCol(e), e % 4 < 2
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int e = 0; e < 8; ++e) {
+        t_col[e / 4 * 2 + e % 2] += beta[Acc::ElementRow(i, e)] * t.part[i].x[e];
+      }
     }
-    if (part == 0) t_sums[i] = row, t_col_sums[i] = col;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      for (int off = 4; off < 32; off *= 2) t_col[j] += __shfl_xor_sync(0xffffffffu, t_col[j], off);
+    }
+    if (threadIdx.x % 32 < 4) {
+      float* part = t_col_parts + threadIdx.x / 32 / 4 * kBT;
+#pragma unroll
+      for (int j = 0; j < 4; ++j) part[Acc::ElementCol(j / 2 * 4 + j % 2)] = t_col[j];
+    }
   }
-  __syncthreads();  // t is free
+  __syncthreads();  // dAb + dAb^T is in; KD is read
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
     if (k0 > 0) {
       k_pieces.Issue(grad, dw_chunk + k0, c.rows, 1);
@@ -190,7 +207,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     __pipeline_commit();
     __pipeline_wait_prior(0);
     __syncthreads();
-    const Acc dx = t_times(grad, rows, kdx_parts, k0 > 0);  // and k . dX
+    const Acc dx = t_times(grad, rows, x_parts, true, true);  // and gamma k . dX
     // dk = dk_r + diag(beta gamma) dX + (dAb + dAb^T) K.
     Acc dk;
     dk.Load(x, kLd);
@@ -212,12 +229,12 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   }
   if (threadIdx.x < c.rows) {
     const int r = threadIdx.x;
-    const float kdx = tile::RowSum(kdx_parts, r);
+    const float x_sum = tile::RowSum(x_parts, r);  // rowsum_r(t) + gamma_r k_r . dX_r
     const float* parts = dG_parts + r;
-    float dG = beta[r] * gamma[r] * kdx + beta[r] * t_sums[r] - t_col_sums[r];
+    float dG = beta[r] * x_sum - (t_col_parts[r] + t_col_parts[kBT + r]);
     for (int s = 0; s < p.k_dim / kBT; ++s) dG += parts[s * kBT];
     b.s.dG[Tok(p, c.row + r, h, 1)] = dG;
-    const float dbeta = gamma[r] * kdx + t_sums[r] + tile::RowSum(vdy_parts, r);
+    const float dbeta = x_sum + tile::RowSum(vdy_parts, r);
     p.dbeta[In(p.scalar_strides, c.batch, c.t0 + r, h)] =
         p.beta_sigmoid ? dbeta * beta[r] * (1.0f - beta[r]) : dbeta;
   }
