@@ -371,6 +371,23 @@ __device__ inline float RowSum(const float* parts, int r) {
   return ((p[0] + p[1]) + p[2]) + p[3];
 }
 
+// The column sums' counterpart of StoreRowSumParts, for sums the lane has formed over its own
+// elements: col[j] is the lane's sum for column ElementCol(j / 2 * 4 + j % 2) of Acc64-shaped
+// values. The eight lanes g of a quad position hold the same columns: a butterfly over them (three
+// shuffles a column), then lanes 0-3 store parts[h * 64 + c] for the warp's row half h = w / 4
+// (warps w and w + 4 hold the same columns), so column c sums to parts[c] + parts[64 + c].
+__device__ inline void StoreColumnSumParts(float* parts, float (&col)[4]) {
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    for (int off = 4; off < 32; off *= 2) col[j] += __shfl_xor_sync(0xffffffffu, col[j], off);
+  }
+  if (threadIdx.x % 32 < 4) {
+    float* part = parts + threadIdx.x / 32 / kAcc64ColumnTiles * 64;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) part[Acc64::ElementCol(j / 2 * 4 + j % 2)] = col[j];
+  }
+}
+
 // acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are
 // fp32 scratch, where bf16 would cost accuracy. Layout flags as Mma (fp32 leading dimensions a
 // multiple of 4, tiles 16-byte aligned; kd a multiple of 8).

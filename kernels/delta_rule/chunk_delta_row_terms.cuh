@@ -211,19 +211,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key +
            row_p;
   });
-  if (first_slice) {
-    // colsum_i(P): the column sums over the warp's lanes g (the same t), then lane t's four
-    // columns to the part of the warp's rows (warps w and w + 4 share columns).
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      for (int off = 4; off < 32; off *= 2) p_col[j] += __shfl_xor_sync(0xffffffffu, p_col[j], off);
-    }
-    if (threadIdx.x % 32 < 4) {
-      float* part = col_parts + threadIdx.x / 32 / 4 * kBT;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) part[Acc::ElementCol(j / 2 * 4 + j % 2)] = p_col[j];
-    }
-  }
+  if (first_slice) tile::StoreColumnSumParts(col_parts, p_col);  // colsum_i(P)
   state_dot = WarpSum(state_dot);
   keys = WarpSum(keys);
   if (threadIdx.x % 32 == 0) {

@@ -172,9 +172,8 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     return da * x[r * kLd + col];
   });
   // rowsum_i(t) from the registers, the first of the row parts that the K slices add gamma_i
-  // k_i . dX_i to; (t^T beta)_i from the lane's columns, summed over the lanes g (the same t) and
-  // stored by lanes 0-3 as the part of the warp's rows (warps w and w + 4 share columns). (As t
-  // stored over KD and summed by strided loads, it took a barrier of its own.)
+  // k_i . dX_i to; (t^T beta)_i from the lane's columns (StoreColumnSumParts). (As t stored over
+  // KD and summed by strided loads, it took a barrier of its own.)
   const Acc& t = dA;
   tile::StoreRowSumParts(
       x_parts, [&](int, int, int i, int e) { return t.part[i].x[e] + t.part[i].x[e + 1]; });
@@ -187,15 +186,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
         t_col[e / 4 * 2 + e % 2] += beta[Acc::ElementRow(i, e)] * t.part[i].x[e];
       }
     }
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      for (int off = 4; off < 32; off *= 2) t_col[j] += __shfl_xor_sync(0xffffffffu, t_col[j], off);
-    }
-    if (threadIdx.x % 32 < 4) {
-      float* part = t_col_parts + threadIdx.x / 32 / 4 * kBT;
-#pragma unroll
-      for (int j = 0; j < 4; ++j) part[Acc::ElementCol(j / 2 * 4 + j % 2)] = t_col[j];
-    }
+    tile::StoreColumnSumParts(t_col_parts, t_col);
   }
   __syncthreads();  // dAb + dAb^T is in; KD is read
   for (int k0 = 0; k0 < p.k_dim; k0 += kBT) {
