@@ -21,10 +21,21 @@ namespace flame::kernels::delta_chunk {
 
 constexpr int kScanThreads = 128;
 
-// The lane's (chunk, head) unit, or -1 past the last (whole warps leave together).
-__device__ inline int64_t ScanUnit(const ChunkDeltaParams& p) {
-  const int64_t unit = (int64_t{blockIdx.x} * kScanThreads + threadIdx.x) / 32;
-  return unit < int64_t{p.total_chunks} * p.heads ? unit : -1;
+// The warp's (chunk, head) unit: its index, head and chunk, and the lane's first row i0.
+struct ScanUnit {
+  int64_t unit;
+  int h, i0;
+  Chunk c;
+};
+
+// False past the last unit (whole warps leave together).
+__device__ inline bool LocateScanUnit(const ChunkDeltaParams& p, ScanUnit* s) {
+  s->unit = (int64_t{blockIdx.x} * kScanThreads + threadIdx.x) / 32;
+  if (s->unit >= int64_t{p.total_chunks} * p.heads) return false;
+  s->h = static_cast<int>(s->unit % p.heads);
+  s->i0 = threadIdx.x % 32 * 2;
+  s->c = LocateChunk(p, static_cast<int>(s->unit / p.heads));
+  return true;
 }
 
 // Sum of x over lanes [0, lane] (kSuffix: over [lane, 31]).
@@ -42,10 +53,10 @@ __device__ inline float WarpInclusiveSum(float x) {
 
 __global__ void __launch_bounds__(kScanThreads) GateCumsumKernel(StepBase b) {
   const ChunkDeltaParams& p = b.p;
-  const int64_t u = ScanUnit(p);
-  if (u < 0) return;
-  const int h = static_cast<int>(u % p.heads), i0 = threadIdx.x % 32 * 2;
-  const Chunk c = LocateChunk(p, static_cast<int>(u / p.heads));
+  ScanUnit s;
+  if (!LocateScanUnit(p, &s)) return;
+  const int h = s.h, i0 = s.i0;
+  const Chunk& c = s.c;
   const int64_t x0 = (c.row + i0) * p.heads + h, x1 = x0 + p.heads;
   const float g0 = i0 < c.rows ? b.s.g[x0] : 0.0f, g1 = i0 + 1 < c.rows ? b.s.g[x1] : 0.0f;
   const float through = WarpInclusiveSum<false>(g0 + g1);
@@ -59,10 +70,10 @@ __global__ void __launch_bounds__(kScanThreads) GateCumsumKernel(StepBase b) {
 // Gated only: dg, da (p.da) and the chunk's sums (s.gate_sums).
 __global__ void __launch_bounds__(kScanThreads) GateGradsKernel(StepBase b) {
   const ChunkDeltaParams& p = b.p;
-  const int64_t u = ScanUnit(p);
-  if (u < 0) return;
-  const int h = static_cast<int>(u % p.heads), i0 = threadIdx.x % 32 * 2;
-  const Chunk c = LocateChunk(p, static_cast<int>(u / p.heads));
+  ScanUnit s;
+  if (!LocateScanUnit(p, &s)) return;
+  const int h = s.h, i0 = s.i0;
+  const Chunk& c = s.c;
   const float growth = p.gate_in_kernel ? -expf(p.A_log[h]) : 0.0f;  // da = dg * growth * sp'
   float sum_dg_g = 0.0f, sum_da = 0.0f;
   float dG[2], dg[2];
@@ -91,8 +102,8 @@ __global__ void __launch_bounds__(kScanThreads) GateGradsKernel(StepBase b) {
   sum_dg_g = WarpSum(sum_dg_g);
   sum_da = WarpSum(sum_da);
   if (i0 == 0) {
-    b.s.gate_sums[u * 2] = sum_dg_g;
-    b.s.gate_sums[u * 2 + 1] = sum_da;
+    b.s.gate_sums[s.unit * 2] = sum_dg_g;
+    b.s.gate_sums[s.unit * 2 + 1] = sum_da;
   }
 }
 
