@@ -1,9 +1,10 @@
-// The chunk-local scans of the gate, one warp per (chunk, head): the forward's cumsum (gated
-// rule; ungated, G = 0 is written with the row scalars)
+// The chunk-local scans of the gated rule's gate, one warp per (chunk, head) (ungated, G = 0 is
+// written with the row scalars and neither runs): the forward's cumsum
 //   G_i = sum_{t <= i} g_t
-// and the backward's reverse cumsum of dG (formulas in chunk_delta_backward_steps.h),
-//   dg_i = sum_{t >= i} dG_t, da_i = dg_i (or through the in-kernel gate), and the chunk's sums
-//   of dg g and of da (HeadGrads' inputs).
+// and the backward's reverse cumsum of dG, the gradient of G,
+//   dg_i = sum_{t >= i} dG_t,  da_i = dg_i, or dg_i (-exp(A_log)) softplus'(a_i + dt_bias) with
+//   the in-kernel gate,
+// with the chunk's sums of dg g and of da (HeadGrads' inputs, chunk_delta_backward_steps.h).
 // Lane l holds rows 2l and 2l + 1; a warp scan over the lanes' pair sums takes five shuffle steps.
 // (A thread per (chunk, head) walking its 64 rows, each row's load waiting on the last, took about
 // the same time at every shape: on the H200 at (8, 2048, 16, 128) the cumsum 29.0 -> 7.5 us per

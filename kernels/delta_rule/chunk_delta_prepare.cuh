@@ -18,9 +18,9 @@ namespace flame::kernels::delta_chunk::tiles {
 // recompute); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored as KD is, for
 // WYBackward); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V
 // (bf16 too), each slice a product of the scaled T as two bf16 tiles (StoreSplitBf16Pair's hi
-// and lo: 16 bits of mantissa) and the rows' tile as copied. Shared memory: two fp32
-// tiles (A, then the scaled T in bf16; T), G and beta, and the rows' bf16 tiles (k, and q where V's
-// slices land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form
+// and lo: 16 bits of mantissa) and the rows' tile as copied. Shared memory: two fp32 tiles (A,
+// then the scaled T in bf16; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices
+// land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form
 // loaded q and k through registers into fp32 tiles, one 64-wide slice per step with two barriers,
 // for TF32 products (four operand loads per product where bf16 needs one), and staged M and U
 // through a third tile: 620 us per call at (2,16384,16,128).

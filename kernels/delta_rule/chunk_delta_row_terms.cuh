@@ -173,8 +173,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // ~320). With them, the first slice's P = dM * M (strictly lower), summed over the lane's
   // rows and columns in registers (as a tile summed by rows and columns it took a 17 KB tile,
   // and a loop of strided loads after a barrier).
-  float p_row[4] = {},
-        p_col[4] = {};  // rows ElementRow(i, 2 half); columns ElementCol(e), e % 4 < 2
+  float p_row[4] = {};  // [2 i + half]: row ElementRow(i, 2 half)
+  float p_col[4] = {};  // [2 n8 + b]: column ElementCol(4 n8 + b)
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
 #pragma unroll

@@ -178,7 +178,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   tile::StoreRowSumParts(
       x_parts, [&](int, int, int i, int e) { return t.part[i].x[e] + t.part[i].x[e + 1]; });
   {
-    float t_col[4] = {};  // columns ElementCol(e), e % 4 < 2
+    float t_col[4] = {};  // [2 n8 + b]: column ElementCol(4 n8 + b)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
