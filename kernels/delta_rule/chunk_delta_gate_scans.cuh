@@ -22,11 +22,17 @@ namespace flame::kernels::delta_chunk {
 
 constexpr int kScanThreads = 128;
 
-// The warp's (chunk, head) unit: its index, head and chunk, and the lane's first row i0.
+// The warp's (chunk, head) unit: its index, head and chunk; the lane holds the chunk's rows
+// i0 = 2 lane and i0 + 1.
 struct ScanUnit {
   int64_t unit;
   int h, i0;
   Chunk c;
+  int64_t heads;
+
+  // Whether the lane's row i0 + j (j = 0, 1) is in the chunk, and its index in [R,H] scratch.
+  __device__ bool Has(int j) const { return i0 + j < c.rows; }
+  __device__ int64_t At(int j) const { return (c.row + i0 + j) * heads + h; }
 };
 
 // False past the last unit (whole warps leave together).
@@ -36,6 +42,7 @@ __device__ inline bool LocateScanUnit(const ChunkDeltaParams& p, ScanUnit* s) {
   s->h = static_cast<int>(s->unit % p.heads);
   s->i0 = threadIdx.x % 32 * 2;
   s->c = LocateChunk(p, static_cast<int>(s->unit / p.heads));
+  s->heads = p.heads;
   return true;
 }
 
@@ -53,58 +60,48 @@ __device__ inline float WarpInclusiveSum(float x) {
 }
 
 __global__ void __launch_bounds__(kScanThreads) GateCumsumKernel(StepBase b) {
-  const ChunkDeltaParams& p = b.p;
-  ScanUnit s;
-  if (!LocateScanUnit(p, &s)) return;
-  const int h = s.h, i0 = s.i0;
-  const Chunk& c = s.c;
-  const int64_t x0 = (c.row + i0) * p.heads + h, x1 = x0 + p.heads;
-  const float g0 = i0 < c.rows ? b.s.g[x0] : 0.0f, g1 = i0 + 1 < c.rows ? b.s.g[x1] : 0.0f;
+  ScanUnit u;
+  if (!LocateScanUnit(b.p, &u)) return;
+  const float g0 = u.Has(0) ? b.s.g[u.At(0)] : 0.0f, g1 = u.Has(1) ? b.s.g[u.At(1)] : 0.0f;
   const float through = WarpInclusiveSum<false>(g0 + g1);
   float before = __shfl_up_sync(0xffffffffu, through, 1);
-  if (i0 == 0) before = 0.0f;
+  if (u.i0 == 0) before = 0.0f;
   const float G0 = before + g0;
-  if (i0 < c.rows) b.s.G[x0] = G0;
-  if (i0 + 1 < c.rows) b.s.G[x1] = G0 + g1;
+  if (u.Has(0)) b.s.G[u.At(0)] = G0;
+  if (u.Has(1)) b.s.G[u.At(1)] = G0 + g1;
 }
 
 // Gated only: dg, da (p.da) and the chunk's sums (s.gate_sums).
 __global__ void __launch_bounds__(kScanThreads) GateGradsKernel(StepBase b) {
   const ChunkDeltaParams& p = b.p;
-  ScanUnit s;
-  if (!LocateScanUnit(p, &s)) return;
-  const int h = s.h, i0 = s.i0;
-  const Chunk& c = s.c;
-  const float growth = p.gate_in_kernel ? -expf(p.A_log[h]) : 0.0f;  // da = dg * growth * sp'
-  float sum_dg_g = 0.0f, sum_da = 0.0f;
+  ScanUnit u;
+  if (!LocateScanUnit(p, &u)) return;
+  const float growth = p.gate_in_kernel ? -expf(p.A_log[u.h]) : 0.0f;  // da = dg * growth * sp'
   float dG[2], dg[2];
-  for (int j = 0; j < 2; ++j) {
-    const int i = i0 + j;
-    dG[j] = i < c.rows ? b.s.dG[(c.row + i) * p.heads + h] : 0.0f;
-  }
+  for (int j = 0; j < 2; ++j) dG[j] = u.Has(j) ? b.s.dG[u.At(j)] : 0.0f;
   const float from = WarpInclusiveSum<true>(dG[0] + dG[1]);
   float after = __shfl_down_sync(0xffffffffu, from, 1);
-  if (i0 == 62) after = 0.0f;
+  if (u.i0 == 62) after = 0.0f;
   dg[1] = after + dG[1];
   dg[0] = dg[1] + dG[0];
+  float sum_dg_g = 0.0f, sum_da = 0.0f;
   for (int j = 0; j < 2; ++j) {
-    const int i = i0 + j;
-    if (i >= c.rows) continue;
-    const int64_t si = In(p.scalar_strides, c.batch, c.t0 + i, h);
+    if (!u.Has(j)) continue;
+    const int64_t si = In(p.scalar_strides, u.c.batch, u.c.t0 + u.i0 + j, u.h);
     float da = dg[j];
     if (p.gate_in_kernel) {
-      const float x = p.a[si] + p.dt_bias[h];
+      const float x = p.a[si] + p.dt_bias[u.h];
       da = dg[j] * growth * (x > kSoftplusThreshold ? 1.0f : Sigmoid(x));
     }
     p.da[si] = da;
-    sum_dg_g += dg[j] * b.s.g[(c.row + i) * p.heads + h];
+    sum_dg_g += dg[j] * b.s.g[u.At(j)];
     sum_da += da;
   }
   sum_dg_g = WarpSum(sum_dg_g);
   sum_da = WarpSum(sum_da);
-  if (i0 == 0) {
-    b.s.gate_sums[s.unit * 2] = sum_dg_g;
-    b.s.gate_sums[s.unit * 2 + 1] = sum_da;
+  if (u.i0 == 0) {
+    b.s.gate_sums[u.unit * 2] = sum_dg_g;
+    b.s.gate_sums[u.unit * 2 + 1] = sum_da;
   }
 }
 
