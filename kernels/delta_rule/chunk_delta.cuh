@@ -67,12 +67,15 @@ inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, co
 }
 
 // A variant of a state pass: its kernel, shared memory, value columns and threads per block (its
-// grid is (V / cols, H, N)).
+// grid is (V / cols, H, N)), and whether it forms the chunk-local term the mma.sync passes
+// otherwise leave to a kernel of their own (the forward's o: OutputKernel; the backward's MtdO:
+// LocalValueGradsKernel).
 struct PassVariant {
   void (*kernel)(StepBase) = nullptr;
   size_t smem = 0;
   int cols = 0;
   int threads = tiles::kThreads;
+  bool output = false;
 };
 
 inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
@@ -89,14 +92,14 @@ inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStrea
 
 // Of a pass's variants, the one that runs its blocks in the fewest waves on this device (blocks
 // per multiprocessor from the occupancy calculator: registers and shared memory), the earlier on
-// a tie; sets the kernels' shared-memory limits. cudaErrorNotSupported where none fits the
-// device's shared memory per block (the backward pass at K = 256 on a device with less than the
-// H200's 227 KB, such as the A100's 163 KB).
+// a tie; sets the kernels' shared-memory limits. Variants without a kernel are skipped.
+// cudaErrorNotSupported where none fits the device's shared memory per block (the backward pass at
+// K = 256 on a device with less than the H200's 227 KB, such as the A100's 163 KB).
 inline cudaError_t PickVariant(const ChunkDeltaParams& p,
                                std::initializer_list<PassVariant> variants, PassVariant* picked) {
   int64_t best_waves = 0;
   for (const PassVariant& v : variants) {
-    if (p.v_dim % v.cols != 0) continue;
+    if (v.kernel == nullptr || p.v_dim % v.cols != 0) continue;
     const dim3 grid = PassGrid(p, v);
     int64_t waves = 0;
     const cudaError_t err = GridWaves(reinterpret_cast<const void*>(v.kernel), v.threads, v.smem,
@@ -138,7 +141,9 @@ inline bool UseColumnPasses(const ChunkDeltaParams& p) {
 }
 
 // The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
-// UseColumnPasses; with `output`, the one that also writes o), or the mma.sync pass at 32 or 64.
+// UseColumnPasses; with `output`, the one that also writes o), or the mma.sync pass at 32 or 64
+// (with `output` and K <= 128 also the one that writes o, where it runs in as few waves as the
+// one that does not: one block per multiprocessor; picked->output says which).
 inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool output,
                                    PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
@@ -147,8 +152,8 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
     if (output) {
       return PickVariant(
           p,
-          {{StateForwardWgmmaFor<2, true>(nk), StateForwardWgmmaSmem<true>(K, 2), 128, 256},
-           {StateForwardWgmmaFor<1, true>(nk), StateForwardWgmmaSmem<true>(K, 1), 64, 128}},
+          {{StateForwardWgmmaFor<2, true>(nk), StateForwardWgmmaSmem<true>(K, 2), 128, 256, true},
+           {StateForwardWgmmaFor<1, true>(nk), StateForwardWgmmaSmem<true>(K, 1), 64, 128, true}},
           picked);
     }
     return PickVariant(
@@ -157,15 +162,24 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
          {StateForwardWgmmaFor<1, false>(nk), StateForwardWgmmaSmem<false>(K, 1), 64, 128}},
         picked);
   }
+  using tiles::StateForwardFor, tiles::StateForwardSmem, tiles::kThreads;
+  const PassVariant out32{output ? StateForwardFor(nk, 32, true) : nullptr,
+                          StateForwardSmem(K, 32, true), 32, kThreads, true};
+  const PassVariant out64{output ? StateForwardFor(nk, 64, true) : nullptr,
+                          StateForwardSmem(K, 64, true), 64, kThreads, true};
   return PickVariant(p,
-                     {{tiles::StateForwardFor(nk, 32), tiles::StateForwardSmem(K, 32), 32},
-                      {tiles::StateForwardFor(nk, 64), tiles::StateForwardSmem(K, 64), 64}},
+                     {out32,
+                      {StateForwardFor(nk, 32), StateForwardSmem(K, 32), 32},
+                      out64,
+                      {StateForwardFor(nk, 64), StateForwardSmem(K, 64), 64}},
                      picked);
 }
 
 // The backward pass's: the column pass at 128 or 64 value columns per block (`columns`:
 // UseColumnPasses); or the mma.sync pass with all of a chunk's tiles double-buffered, or only the
-// keys (see StateBackwardKernel), each at 32 or 64 value columns.
+// keys (see StateBackwardKernel), each at 32 or 64 value columns; for K <= 128 first the
+// double-buffered one that forms MtdO itself (picked->output), where it runs in as few waves as
+// the others (one block per multiprocessor).
 inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
@@ -175,13 +189,17 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, Pas
                         {StateBackwardWgmmaFor<1>(nk), StateBackwardWgmmaSmem(K, 1), 64, 128}},
                        picked);
   }
-  return PickVariant(
-      p,
-      {{tiles::StateBackwardFor(nk, false, 32), tiles::StateBackwardSmem(K, false, 32), 32},
-       {tiles::StateBackwardFor(nk, true, 32), tiles::StateBackwardSmem(K, true, 32), 32},
-       {tiles::StateBackwardFor(nk, false, 64), tiles::StateBackwardSmem(K, false, 64), 64},
-       {tiles::StateBackwardFor(nk, true, 64), tiles::StateBackwardSmem(K, true, 64), 64}},
-      picked);
+  using tiles::StateBackwardFor, tiles::StateBackwardSmem, tiles::kThreads;
+  return PickVariant(p,
+                     {{StateBackwardFor(nk, false, 32, true), StateBackwardSmem(K, false, 32, true),
+                       32, kThreads, true},
+                      {StateBackwardFor(nk, false, 32), StateBackwardSmem(K, false, 32), 32},
+                      {StateBackwardFor(nk, true, 32), StateBackwardSmem(K, true, 32), 32},
+                      {StateBackwardFor(nk, false, 64, true), StateBackwardSmem(K, false, 64, true),
+                       64, kThreads, true},
+                      {StateBackwardFor(nk, false, 64), StateBackwardSmem(K, false, 64), 64},
+                      {StateBackwardFor(nk, true, 64), StateBackwardSmem(K, true, 64), 64}},
+                     picked);
 }
 
 inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward) {
@@ -205,13 +223,22 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
   return shapes && gate && inputs && outputs ? cudaSuccess : cudaErrorInvalidValue;
 }
 
+// Whether the backward's state pass reads MtdO from the scratch: the mma.sync passes but the
+// variant that forms it itself (PickBackwardPass); true where the pick fails (no device).
+// p.num_seqs filled in.
+inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns) {
+  PassVariant pass;
+  return !columns && (PickBackwardPass(p, false, &pass) != cudaSuccess || !pass.output);
+}
+
 // Bytes of params.workspace the forward (backward = false) or backward needs on the current
-// device: the backward's scratch holds MtdO only for the mma.sync pass (MakeStepBase decides the
-// same way).
+// device: the backward's scratch holds MtdO only where its state pass reads it (MakeStepBase
+// decides the same way).
 inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   ChunkDeltaParams p = params;
   p.num_seqs = NumSeqs(params);
-  return CarveScratch(params, backward, backward && !UseColumnPasses(p), nullptr, nullptr);
+  return CarveScratch(params, backward, backward && BackwardReadsMtdO(p, UseColumnPasses(p)),
+                      nullptr, nullptr);
 }
 
 // Bytes of params.chunk_states.
@@ -220,13 +247,15 @@ inline size_t StatesBytes(const ChunkDeltaParams& params) {
 }
 
 // The params and scratch every kernel sees: sequence and chunk counts filled in, and which form
-// the state passes take (the column pass writes o and forms MtdO itself).
+// the state passes take (the column pass writes o and forms MtdO itself; so may the mma.sync
+// passes, see PickForwardPass and PickBackwardPass).
 inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool backward) {
   StepBase base{params, Scratch{}, gated};
   base.p.num_seqs = NumSeqs(params);
   base.p.total_chunks = TotalChunks(params);
   base.column_passes = UseColumnPasses(base.p);
-  CarveScratch(base.p, backward, backward && !base.column_passes, params.workspace, &base.s);
+  CarveScratch(base.p, backward, backward && BackwardReadsMtdO(base.p, base.column_passes),
+               params.workspace, &base.s);
   return base;
 }
 
@@ -252,14 +281,14 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  // The column pass writes o itself (kOutput); after the mma.sync pass, OutputKernel does.
-  const bool columns = b.column_passes;
+  // The column pass writes o itself (kOutput), and so does the mma.sync pass's output variant;
+  // after the others, OutputKernel does.
   PassVariant pass;
-  if ((err = PickForwardPass(p, columns, output, &pass)) != cudaSuccess ||
+  if ((err = PickForwardPass(p, b.column_passes, output, &pass)) != cudaSuccess ||
       (err = RunPass(pass, b, stream)) != cudaSuccess) {
     return err;
   }
-  if (!output || columns) return cudaSuccess;
+  if (!output || pass.output) return cudaSuccess;
   return RunTiles(tiles::OutputKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                   tiles::OutputSmem(), b, stream);
 }
@@ -284,8 +313,9 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   recompute.p.final_state = nullptr;
   err = RunForwardKernels(recompute, p.chunk_states != nullptr, false, stream);
   if (err != cudaSuccess) return err;
-  // The column pass forms the chunk-local MtdO itself; the mma.sync pass reads it.
-  if (!columns &&
+  // The column pass forms the chunk-local MtdO itself, and so does the mma.sync pass's variant
+  // that says so (pass.output); the others read it.
+  if (!columns && !pass.output &&
       (err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;

@@ -213,6 +213,31 @@ struct StateTiles {
       }
     }
   }
+  // ProductBf16 for two operands at once, a0 and a1 (acc0 += A0 S, acc1 += A1 S): each B
+  // fragment of S loaded once, the two accumulator chains independent.
+  __device__ static void ProductBf16Pair(WarpAcc16 (&acc0)[kT], WarpAcc16 (&acc1)[kT],
+                                         const bf16* a0, const bf16* a1, const bf16* s) {
+#pragma unroll
+    for (int j = 0; j < kNk; ++j) {
+#pragma unroll
+      for (int t = 0; t < kT; ++t) {
+        const int a_at = j * kBf16Tile + WarpRow() * kLdBf16;
+        const tile::Bf16AOperand<true> ao0(a0 + a_at, kLdBf16), ao1(a1 + a_at, kLdBf16);
+        const tile::Bf16BOperand<true> bo(s + j * kBT * kLdSb + Col(t), kLdSb);
+#pragma unroll
+        for (int l = 0; l < kBT; l += 16) {
+          uint32_t fa0[4], fa1[4], fb[4];
+          bo.Load(fb, l);
+          ao0.Load(fa0, l);
+          ao1.Load(fa1, l);
+          ptx::MmaM16N8K16Bf16(acc0[t].x, fa0, fb[0], fb[1]);
+          ptx::MmaM16N8K16Bf16(acc0[t].x + 4, fa0, fb[2], fb[3]);
+          ptx::MmaM16N8K16Bf16(acc1[t].x, fa1, fb[0], fb[1]);
+          ptx::MmaM16N8K16Bf16(acc1[t].x + 4, fa1, fb[2], fb[3]);
+        }
+      }
+    }
+  }
 };
 
 // The block's K x kBV bf16 state copy (leading dimension LdSb; complete: behind a barrier) to
@@ -265,38 +290,47 @@ struct SeqSources {
   }
 };
 
-// One chunk's tiles in shared memory: the forward reads the keys, W and G; the backward the keys,
-// the queries, W, dO and G. The forward's are carved in that order from one byte offset; the
-// backward's from three (the keys; the queries and W; dO and G), double-buffered apart (see
-// StateBackwardKernel). Every part a multiple of 16 bytes.
+// One chunk's tiles in shared memory: the forward reads the keys, W and G (and, where it writes
+// o, the queries and M); the backward the keys, the queries, W, dO and G. The forward's are carved
+// in that order from one byte offset; the backward's from three (the keys; the queries and W; dO
+// and G), double-buffered apart (see StateBackwardKernel). Every part a multiple of 16 bytes.
 struct ChunkTiles {
   bf16* k;    // nk tiles
   bf16* w;    // nk tiles
-  bf16* q;    // nk tiles (backward)
+  bf16* q;    // nk tiles (backward; forward with o)
+  bf16* M;    // 64 x 64, kLdBf16 (forward with o; backward forming M^T dO)
   bf16* d_o;  // 64 x kBV (backward)
   float* G;   // 64
 
   static constexpr int kGBytes = kBT * sizeof(float);
   __host__ __device__ static constexpr int KeyBytes(int nk) { return nk * kBf16Tile * 2; }
-  __host__ __device__ static constexpr int ForwardBytes(int nk) {
-    return 2 * KeyBytes(nk) + kGBytes;
+  __host__ __device__ static constexpr int ForwardBytes(int nk, bool output = false) {
+    return (output ? 3 : 2) * KeyBytes(nk) + (output ? kBf16Tile * 2 : 0) + kGBytes;
   }
   __host__ __device__ static constexpr int QueryBytes(int nk) { return 2 * KeyBytes(nk); }
-  __host__ __device__ static constexpr int RestBytes(int bv) { return kBT * bv * 2 + kGBytes; }
-  __device__ static ChunkTiles Forward(char* at, int nk) {
+  __host__ __device__ static constexpr int RestBytes(int bv, bool mtdo = false) {
+    return kBT * bv * 2 + kGBytes + (mtdo ? kBf16Tile * 2 : 0);
+  }
+  __device__ static ChunkTiles Forward(char* at, int nk, bool output) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(at);
     t.w = reinterpret_cast<bf16*>(at + KeyBytes(nk));
-    t.G = reinterpret_cast<float*>(at + 2 * KeyBytes(nk));
+    if (output) {
+      t.q = reinterpret_cast<bf16*>(at + 2 * KeyBytes(nk));
+      t.M = reinterpret_cast<bf16*>(at + 3 * KeyBytes(nk));
+    }
+    t.G = reinterpret_cast<float*>(at + ForwardBytes(nk, output) - kGBytes);
     return t;
   }
-  __device__ static ChunkTiles Backward(char* keys, char* queries, char* rest, int nk, int bv) {
+  __device__ static ChunkTiles Backward(char* keys, char* queries, char* rest, int nk, int bv,
+                                        bool mtdo) {
     ChunkTiles t{};
     t.k = reinterpret_cast<bf16*>(keys);
     t.q = reinterpret_cast<bf16*>(queries);
     t.w = reinterpret_cast<bf16*>(queries + KeyBytes(nk));
     t.d_o = reinterpret_cast<bf16*>(rest);
     t.G = reinterpret_cast<float*>(t.d_o + kBT * bv);
+    if (mtdo) t.M = reinterpret_cast<bf16*>(rest + kBT * bv * 2 + kGBytes);
     return t;
   }
 };
@@ -315,9 +349,16 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 // 384 blocks in one wave instead of two -- in 598 us instead of 590: the keys' copy, exposed once
 // per chunk, cost what the wave saved.)
 // Two blocks per multiprocessor where their shared memory allows (K <= 128 at 64 columns).
-template <int kNk, int kBV>
-__global__ void __launch_bounds__(kThreads, kBV == 32 || kNk <= 2 ? 2 : 1)
+// kOutput (K <= 128): the pass also writes o = scale [diag(gamma) Q S + M Ut], OutputKernel's,
+// from the bf16 S copy and the new values it has on chip: Q S beside W S (the same B fragments),
+// M Ut after the second barrier from an undecayed bf16 copy of Ut. The queries and M travel with
+// the chunk's tiles, so a block takes one multiprocessor; the launcher takes it where the grid
+// runs in one wave either way (narrow batches), where OutputKernel's re-reading of Q, S and Ut
+// cost 211 us per call at (2, 16384, 16, 128) beside the pass's 416.
+template <int kNk, int kBV, bool kOutput = false>
+__global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) ? 2 : 1)
     StateForwardKernel(StepBase b) {
+  static_assert(!kOutput || kNk <= 2, "o in the pass for K <= 128");
   constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
@@ -325,10 +366,12 @@ __global__ void __launch_bounds__(kThreads, kBV == 32 || kNk <= 2 ? 2 : 1)
   const int V = p.v_dim;
   bf16* s_copy = reinterpret_cast<bf16*>(smem4);  // S (bf16), K x kLdSb
   bf16* ut_tile = s_copy + K * kLdSb;             // decayed new values (bf16), 64 x kLdSb
-  char* sets_at = reinterpret_cast<char*>(ut_tile + kBT * kLdSb);
+  bf16* ut_raw = ut_tile + kBT * kLdSb;           // kOutput: the new values (bf16), 64 x kLdSb
+  char* sets_at = reinterpret_cast<char*>(ut_raw + (kOutput ? kBT * kLdSb : 0));
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
-    return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(kNk), kNk);
+    return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(kNk, kOutput), kNk,
+                               kOutput);
   };
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
@@ -341,7 +384,14 @@ __global__ void __launch_bounds__(kThreads, kBV == 32 || kNk <= 2 ? 2 : 1)
     rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, kNk);
     rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), rows, kNk);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
+    if (kOutput) {
+      rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), rows, kNk);
+      TokTilePieces(kBT).Issue(t.M, b.s.M + Mat(p, seq.first_chunk + ci, h), kBT, 1);
+    }
   };
+  // kOutput: chunk 0's o at the block's first column; each chunk moves it by o_step.
+  bf16* o_chunk = kOutput ? p.o + In(p.v_strides, seq.batch, seq.bos, h) + v0 : nullptr;
+  const int64_t o_step = int64_t{kBT} * p.v_strides.token;
   // U of a chunk goes straight to the lane's registers, one chunk ahead.
   const auto load_u = [&](int ci, RowPairs<bf16>(&u)[kT]) {
 #pragma unroll
@@ -374,9 +424,16 @@ __global__ void __launch_bounds__(kThreads, kBV == 32 || kNk <= 2 ? 2 : 1)
     }
     __pipeline_commit();
     WarpAcc16 ut[kT];  // W S, then the new values
+    WarpAcc16 o[kOutput ? kT : 1];  // kOutput: Q S, then o
 #pragma unroll
     for (int c = 0; c < kT; ++c) ut[c].Zero();
-    StateTiles<kNk, kBV>::ProductBf16(ut, t.w, s_copy);
+    if constexpr (kOutput) {
+#pragma unroll
+      for (int c = 0; c < kT; ++c) o[c].Zero();
+      StateTiles<kNk, kBV>::ProductBf16Pair(ut, o, t.w, t.q, s_copy);
+    } else {
+      StateTiles<kNk, kBV>::ProductBf16(ut, t.w, s_copy);
+    }
     const float G_last = t.G[rows - 1];
     const float decay_a = KeyDecay(t, G_last, ra), decay_b = KeyDecay(t, G_last, rb);
 #pragma unroll
@@ -384,19 +441,33 @@ __global__ void __launch_bounds__(kThreads, kBV == 32 || kNk <= 2 ? 2 : 1)
 #pragma unroll
       for (int e = 0; e < 8; ++e) ut[c].x[e] = u[c][e] - ut[c].x[e];
       StoreRows(b.s.Ut + src.TokAt(ci, V) + v0 + 32 * c, ld_v, ut[c], rows);
+      if (kOutput) ut[c].StoreBf16(ut_raw + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
       ScaleRows(ut[c], decay_a, decay_b);
       ut[c].StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
     }
     __syncthreads();
+    if constexpr (kOutput) {
+      // o = scale [diag(gamma) Q S + M Ut] (M is zero past the chunk's end and above the diagonal).
+      const float gamma_a = __expf(t.G[ra]), gamma_b = __expf(t.G[rb]);
+#pragma unroll
+      for (int c = 0; c < kT; ++c) {
+        ScaleRows(o[c], gamma_a, gamma_b);
+        tile::MmaBf16Warp16<true, true>(o[c], kBT, t.M + WarpRow() * kLdBf16, kLdBf16,
+                                        ut_raw + WarpCol() + 32 * c, kLdSb);
+        o[c].Scale(p.scale);
+        StoreRows(o_chunk + int64_t{ci} * o_step + 32 * c, p.v_strides.token, o[c], rows);
+      }
+    }
     S.Scale(expf(G_last));
     S.AddTransposedProductBf16(t.k, ut_tile);
   }
   if (p.final_state) S.StoreGlobal(p.final_state + State(p, n, h) + v0, V);
 }
 
-inline size_t StateForwardSmem(int k_dim, int bv) {
+inline size_t StateForwardSmem(int k_dim, int bv, bool output = false) {
   const int nk = k_dim / kBT;
-  return (k_dim + kBT) * (bv + 8) * sizeof(bf16) + 2 * ChunkTiles::ForwardBytes(nk);
+  return (k_dim + (output ? 2 : 1) * kBT) * (bv + 8) * sizeof(bf16) +
+         2 * ChunkTiles::ForwardBytes(nk, output);
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -417,9 +488,14 @@ inline size_t StateForwardSmem(int k_dim, int bv) {
 // the pass ran one block per multiprocessor at K = 128: 1383 us at (1, 8192, 96, 128).)
 // Two blocks per multiprocessor where their shared memory allows (K <= 128 at 32 columns, K = 64
 // at 64).
-template <int kNk, bool kSplit, int kBV>
-__global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 ? 2 : 1)
+// kMtdO (unsplit, K <= 128): the pass forms MtdO = scale M^T dO itself, a bf16 product from M
+// (bf16, with the chunk's dO and G) and the dO tile it copies anyway, no barrier of its own:
+// LocalValueGradsKernel does not run. One block per multiprocessor, so the launcher takes it
+// where the grid runs in one wave either way (narrow batches).
+template <int kNk, bool kSplit, int kBV, bool kMtdO = false>
+__global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) || kNk == 1) ? 2 : 1)
     StateBackwardKernel(StepBase b) {
+  static_assert(!kMtdO || (!kSplit && kNk <= 2), "M^T dO in the unsplit pass for K <= 128");
   constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
@@ -430,13 +506,13 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
   bf16* dut = d_og + kBT * kLdSb;                  // -dUt (bf16), 64 x kLdSb
   char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdSb);
   constexpr int key_bytes = ChunkTiles::KeyBytes(kNk), query_bytes = ChunkTiles::QueryBytes(kNk);
-  constexpr int rest_bytes = ChunkTiles::RestBytes(kBV);
+  constexpr int rest_bytes = ChunkTiles::RestBytes(kBV, kMtdO);
   char* queries_at = keys_at + 2 * key_bytes;
   char* rest_at = queries_at + (kSplit ? 1 : 2) * query_bytes;
   const auto set = [&](int i) {  // as in the forward
     const int buffer = kSplit ? 0 : i & 1;
     return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes, queries_at + buffer * query_bytes,
-                                rest_at + buffer * rest_bytes, kNk, kBV);
+                                rest_at + buffer * rest_bytes, kNk, kBV, kMtdO);
   };
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
@@ -456,12 +532,15 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
     const int rows = src.Rows(ci);
     IssueInV<kBV>(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
+    if (kMtdO) TokTilePieces(kBT).Issue(t.M, b.s.M + Mat(p, seq.first_chunk + ci, h), kBT, 1);
   };
-  // MtdO of a chunk goes straight to the lane's registers, one chunk ahead.
+  // MtdO of a chunk goes straight to the lane's registers, one chunk ahead (but with kMtdO).
   const auto load_local = [&](int ci, RowPairs<float>(&m)[kT]) {
+    if constexpr (!kMtdO) {
 #pragma unroll
-    for (int t = 0; t < kT; ++t) {
-      m[t].Load(b.s.MtdO + src.TokAt(ci, V) + v0 + 32 * t, ld_v, src.Rows(ci));
+      for (int t = 0; t < kT; ++t) {
+        m[t].Load(b.s.MtdO + src.TokAt(ci, V) + v0 + 32 * t, ld_v, src.Rows(ci));
+      }
     }
   };
   RowPairs<float> local_next[kT];
@@ -480,9 +559,11 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
     const ChunkTiles t = set(it);
     // Earlier readers of ds_copy and the work tiles are behind the previous chunk's barriers.
     dS.StoreBf16(ds_copy);
-    RowPairs<float> local[kT];
+    RowPairs<float> local[kT];  // but with kMtdO
+    if constexpr (!kMtdO) {
 #pragma unroll
-    for (int c = 0; c < kT; ++c) local[c] = local_next[c];
+      for (int c = 0; c < kT; ++c) local[c] = local_next[c];
+    }
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles (but split-mode q and W) are in; the other set is free
     StoreStateCopy<kNk, kBV>(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V);
@@ -499,6 +580,15 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
     if (kSplit) {
       issue_queries(ci, t);
       __pipeline_commit();
+    }
+    WarpAcc16 mtdo[kMtdO ? kT : 1];  // kMtdO: M^T dO, then scaled
+    if constexpr (kMtdO) {
+#pragma unroll
+      for (int c = 0; c < kT; ++c) {
+        mtdo[c].Zero();
+        tile::MmaBf16Warp16<false, true>(mtdo[c], kBT, t.M + WarpRow(), kLdBf16,
+                                         t.d_o + StateTiles<kNk, kBV>::Col(c), kBV);
+      }
     }
     WarpAcc16 du[kT];  // K dS, then dUt
 #pragma unroll
@@ -522,7 +612,13 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
     for (int c = 0; c < kT; ++c) {
       ScaleRows(du[c], decay_a, decay_b);
 #pragma unroll
-      for (int e = 0; e < 8; ++e) du[c].x[e] += local[c][e];
+      for (int e = 0; e < 8; ++e) {
+        if constexpr (kMtdO) {
+          du[c].x[e] += p.scale * mtdo[c].x[e];
+        } else {
+          du[c].x[e] += local[c][e];
+        }
+      }
       StoreRows(b.s.dUt + src.TokAt(ci, V) + v0 + 32 * c, ld_v, du[c], rows);
       du[c].Scale(-1.0f);
       du[c].StoreBf16(dut + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
@@ -540,10 +636,10 @@ __global__ void __launch_bounds__(kThreads, (kBV == 32 && kNk <= 2) || kNk == 1 
   if (p.d_initial_state) dS.StoreGlobal(p.d_initial_state + State(p, n, h) + v0, V);
 }
 
-inline size_t StateBackwardSmem(int k_dim, bool split, int bv) {
+inline size_t StateBackwardSmem(int k_dim, bool split, int bv, bool mtdo = false) {
   const int nk = k_dim / kBT;
   return (k_dim + 2 * kBT) * (bv + 8) * sizeof(bf16) + 2 * ChunkTiles::KeyBytes(nk) +
-         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes(bv));
+         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes(bv, mtdo));
 }
 
 // The passes' instantiations for K = 64 nk (nk = 1..4) and kBV = bv (32 or 64).
@@ -561,7 +657,13 @@ inline void (*StateForwardFor(int nk))(StepBase) {
   }
 }
 
-inline void (*StateForwardFor(int nk, int bv))(StepBase) {
+// With o in the pass (output): K <= 128 only, null above.
+inline void (*StateForwardFor(int nk, int bv, bool output = false))(StepBase) {
+  if (output) {
+    if (nk > 2) return nullptr;
+    return bv == 64 ? (nk == 1 ? StateForwardKernel<1, 64, true> : StateForwardKernel<2, 64, true>)
+                    : (nk == 1 ? StateForwardKernel<1, 32, true> : StateForwardKernel<2, 32, true>);
+  }
   return bv == 64 ? StateForwardFor<64>(nk) : StateForwardFor<32>(nk);
 }
 
@@ -579,7 +681,15 @@ inline void (*StateBackwardFor(int nk))(StepBase) {
   }
 }
 
-inline void (*StateBackwardFor(int nk, bool split, int bv))(StepBase) {
+// With M^T dO in the pass (mtdo): unsplit, K <= 128 only, null otherwise.
+inline void (*StateBackwardFor(int nk, bool split, int bv, bool mtdo = false))(StepBase) {
+  if (mtdo) {
+    if (nk > 2 || split) return nullptr;
+    return bv == 64 ? (nk == 1 ? StateBackwardKernel<1, false, 64, true>
+                               : StateBackwardKernel<2, false, 64, true>)
+                    : (nk == 1 ? StateBackwardKernel<1, false, 32, true>
+                               : StateBackwardKernel<2, false, 32, true>);
+  }
   if (bv == 64) return split ? StateBackwardFor<true, 64>(nk) : StateBackwardFor<false, 64>(nk);
   return split ? StateBackwardFor<true, 32>(nk) : StateBackwardFor<false, 32>(nk);
 }

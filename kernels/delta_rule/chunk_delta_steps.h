@@ -67,7 +67,8 @@ struct Scratch {
   // backward
   float* T;            // chunk matrix: (I + A)^-1 (the forward stores it only where kept)
   __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
-  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt (mma.sync pass only)
+  float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt (for the mma.sync
+                       //          passes that do not form it)
   __nv_bfloat16* dUt;  // [R,H,V]
   __nv_bfloat16* dW;   // [R,H,K]
   float* dk_rows;      // [R,H,K]  dk's row terms (RowTerms), then (WYBackward, l2norm) the
@@ -181,8 +182,8 @@ inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s)
 }
 
 // Carves the scratch from `base` (null: only measures). Returns the bytes used. `mtdo`: the
-// backward's state pass reads MtdO from the scratch (the mma.sync pass; the column pass forms it
-// itself).
+// backward's state pass reads MtdO from the scratch (BackwardReadsMtdO: the mma.sync passes but
+// the variant that forms it itself, as the column pass does).
 inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, void* base,
                            Scratch* s) {
   const size_t R = static_cast<size_t>(TokenRows(p)) * p.heads;
