@@ -446,8 +446,11 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       ut[c].StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
     }
     __syncthreads();
+    S.Scale(expf(G_last));
+    S.AddTransposedProductBf16(t.k, ut_tile);
     if constexpr (kOutput) {
-      // o = scale [diag(gamma) Q S + M Ut] (M is zero past the chunk's end and above the diagonal).
+      // o = scale [diag(gamma) Q S + M Ut] (M is zero past the chunk's end and above the
+      // diagonal), after the state's update, which the next chunk waits for.
       const float gamma_a = __expf(t.G[ra]), gamma_b = __expf(t.G[rb]);
 #pragma unroll
       for (int c = 0; c < kT; ++c) {
@@ -458,8 +461,6 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
         StoreRows(o_chunk + int64_t{ci} * o_step + 32 * c, p.v_strides.token, o[c], rows);
       }
     }
-    S.Scale(expf(G_last));
-    S.AddTransposedProductBf16(t.k, ut_tile);
   }
   if (p.final_state) S.StoreGlobal(p.final_state + State(p, n, h) + v0, V);
 }
@@ -581,7 +582,11 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
       issue_queries(ci, t);
       __pipeline_commit();
     }
-    WarpAcc16 mtdo[kMtdO ? kT : 1];  // kMtdO: M^T dO, then scaled
+    WarpAcc16 du[kT];  // K dS, then dUt
+#pragma unroll
+    for (int c = 0; c < kT; ++c) du[c].Zero();
+    StateTiles<kNk, kBV>::ProductBf16(du, t.k, ds_copy);
+    WarpAcc16 mtdo[kMtdO ? kT : 1];  // kMtdO: M^T dO (after K dS, which the chain waits for)
     if constexpr (kMtdO) {
 #pragma unroll
       for (int c = 0; c < kT; ++c) {
@@ -590,10 +595,6 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
                                          t.d_o + StateTiles<kNk, kBV>::Col(c), kBV);
       }
     }
-    WarpAcc16 du[kT];  // K dS, then dUt
-#pragma unroll
-    for (int c = 0; c < kT; ++c) du[c].Zero();
-    StateTiles<kNk, kBV>::ProductBf16(du, t.k, ds_copy);
     // scale diag(gamma) dO in bf16, eight columns (16 bytes) a thread at a time (element by
     // element, a 2-byte shared load and store and an exp each, the pass took 887 us instead of
     // 843 at (1, 8192, 96, 128)).
