@@ -11,7 +11,8 @@
 //   dS^T  = gamma_L dS^T + dO'^T Q - dUt^T W:  4 + 4 steps of 64 x K x 16, B = the queries and W
 //           (N-major), A = dO'^T = (scale diag(gamma) dO)^T (dO^T's fragments scaled), and dUt^T's
 //           bf16 copy negated.
-// (The mma.sync pass takes MtdO from LocalValueGradsKernel, for all chunks at once. Here,
+// (The mma.sync pass takes MtdO from LocalValueGradsKernel, for all chunks at once, unless its
+// grid fits one wave and its variant that forms MtdO runs. Here,
 // loaded so, it cost the pass 32 loads a lane per chunk and LocalValueGrads 197 us per call at
 // (1, 8192, 96, 128).) One block barrier per chunk (the swap of the tile sets) and two warpgroup
 // barriers (the staged stores of dS's copy and dUt).

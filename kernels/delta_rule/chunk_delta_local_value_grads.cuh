@@ -2,9 +2,10 @@
 // chunk_delta_steps.h), one block per (chunk, 64-wide V slice, head):
 //   MtdO = scale M^T dO   (fp32, [R,H,V])
 // which the mma.sync backward state pass adds to diag(exp(G_L - G)) K dS' chunk by chunk (the
-// column pass forms it itself). Here, for all chunks at once, it leaves the sequential pass one
-// product fewer per chunk, and M and an fp32 dO tile out of its shared memory: two blocks per
-// multiprocessor at K = 128 instead of one.
+// column pass forms it itself, and so does the mma.sync pass's variant for one-wave grids).
+// Here, for all chunks at once, it leaves the sequential pass one product fewer per chunk, and M
+// and an fp32 dO tile out of its shared memory: two blocks per multiprocessor at K = 128 instead
+// of one.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -22,9 +22,11 @@
 //                                              for wide batches at K <= 128 the column form,
 //                                              StateForwardWgmmaKernel, chunk_delta_columns.cuh,
 //                                              128 or 256 threads)
-//   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh)
+//   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh), where the forward
+//                                              pass does not write it
 //   LocalValueGradsKernel (chunks, H, V/64)    scale M^T dO, the chunk-local part of dUt
-//                                              (chunk_delta_local_value_grads.cuh)
+//                                              (chunk_delta_local_value_grads.cuh), where the
+//                                              backward pass does not form it
 //   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
 //                                              StateBackwardWgmmaKernel)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dq (of the normalised q with the l2norm), dk's
