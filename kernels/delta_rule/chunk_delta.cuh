@@ -177,9 +177,9 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
 
 // The backward pass's: the column pass at 128 or 64 value columns per block (`columns`:
 // UseColumnPasses); or the mma.sync pass with all of a chunk's tiles double-buffered, or only the
-// keys (see StateBackwardKernel), each at 32 or 64 value columns; for K <= 128 first the
-// double-buffered one that forms MtdO itself (picked->output), where it runs in as few waves as
-// the others (one block per multiprocessor).
+// keys (see StateBackwardKernel), each at 32 or 64 value columns; before each, where it exists
+// (unsplit for K <= 128, split above), the one that forms MtdO itself (picked->output), taken
+// where it runs in as few waves.
 inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
@@ -194,10 +194,14 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, Pas
                      {{StateBackwardFor(nk, false, 32, true), StateBackwardSmem(K, false, 32, true),
                        32, kThreads, true},
                       {StateBackwardFor(nk, false, 32), StateBackwardSmem(K, false, 32), 32},
+                      {StateBackwardFor(nk, true, 32, true), StateBackwardSmem(K, true, 32, true),
+                       32, kThreads, true},
                       {StateBackwardFor(nk, true, 32), StateBackwardSmem(K, true, 32), 32},
                       {StateBackwardFor(nk, false, 64, true), StateBackwardSmem(K, false, 64, true),
                        64, kThreads, true},
                       {StateBackwardFor(nk, false, 64), StateBackwardSmem(K, false, 64), 64},
+                      {StateBackwardFor(nk, true, 64, true), StateBackwardSmem(K, true, 64, true),
+                       64, kThreads, true},
                       {StateBackwardFor(nk, true, 64), StateBackwardSmem(K, true, 64), 64}},
                      picked);
 }

@@ -489,14 +489,17 @@ inline size_t StateForwardSmem(int k_dim, int bv, bool output = false) {
 // the pass ran one block per multiprocessor at K = 128: 1383 us at (1, 8192, 96, 128).)
 // Two blocks per multiprocessor where their shared memory allows (K <= 128 at 32 columns, K = 64
 // at 64).
-// kMtdO (unsplit, K <= 128): the pass forms MtdO = scale M^T dO itself, a bf16 product from M
-// (bf16, with the chunk's dO and G) and the dO tile it copies anyway, no barrier of its own:
-// LocalValueGradsKernel does not run. One block per multiprocessor, so the launcher takes it
-// where the grid runs in one wave either way (narrow batches).
+// kMtdO (unsplit for K <= 128, split for K = 192 or 256): the pass forms MtdO = scale M^T dO
+// itself, a bf16 product from M (bf16, with the chunk's dO and G) and the dO tile it copies
+// anyway, no barrier of its own: LocalValueGradsKernel does not run. Unsplit it holds one block
+// per multiprocessor, so the launcher takes it where the grid runs in one wave either way (narrow
+// batches); split at K = 256, where the pass runs one block per multiprocessor anyway, M's 9 KB
+// fit beside the rest (a K = 256 scratch MtdO costs 64 KB a chunk and head each way).
 template <int kNk, bool kSplit, int kBV, bool kMtdO = false>
 __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) || kNk == 1) ? 2 : 1)
     StateBackwardKernel(StepBase b) {
-  static_assert(!kMtdO || (!kSplit && kNk <= 2), "M^T dO in the unsplit pass for K <= 128");
+  static_assert(!kMtdO || (kSplit ? kNk >= 3 : kNk <= 2),
+                "M^T dO in the unsplit pass for K <= 128, in the split one above");
   constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
@@ -682,10 +685,18 @@ inline void (*StateBackwardFor(int nk))(StepBase) {
   }
 }
 
-// With M^T dO in the pass (mtdo): unsplit, K <= 128 only, null otherwise.
+// With M^T dO in the pass (mtdo): unsplit for K <= 128, split above (where only the split pass
+// fits); null otherwise.
 inline void (*StateBackwardFor(int nk, bool split, int bv, bool mtdo = false))(StepBase) {
+  if (mtdo && split) {
+    if (nk < 3) return nullptr;
+    return bv == 64 ? (nk == 3 ? StateBackwardKernel<3, true, 64, true>
+                               : StateBackwardKernel<4, true, 64, true>)
+                    : (nk == 3 ? StateBackwardKernel<3, true, 32, true>
+                               : StateBackwardKernel<4, true, 32, true>);
+  }
   if (mtdo) {
-    if (nk > 2 || split) return nullptr;
+    if (nk > 2) return nullptr;
     return bv == 64 ? (nk == 1 ? StateBackwardKernel<1, false, 64, true>
                                : StateBackwardKernel<2, false, 64, true>)
                     : (nk == 1 ? StateBackwardKernel<1, false, 32, true>

@@ -30,7 +30,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // the varlen case's 28 x 5: the column passes (as in chunk_delta_rule_test).
                       DeltaCase{true, 1, 130, 64, 128, 128, {}, 1.0f, true, true, 47},
                       DeltaCase{true, 1, 130, 72, 128, 128, {}, 10.0f, true, true, 48},
-                      DeltaCase{true, 1, 263, 28, 128, 64, kOddLengths, 0.1f, true, true, 49}),
+                      DeltaCase{true, 1, 263, 28, 128, 64, kOddLengths, 0.1f, true, true, 49},
+                      // K = 256 over 24 heads: 192 mma.sync pass blocks of 32 value columns, 96
+                      // of 64, so both passes take 64 (one wave), the backward its split variant
+                      // that forms MtdO itself (the smaller K = 256 cases take 32 columns).
+                      DeltaCase{true, 1, 130, 24, 256, 256, {}, 1.0f, true, true, 50}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace
