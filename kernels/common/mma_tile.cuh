@@ -594,6 +594,14 @@ __device__ __forceinline__ void MmaSplitBf16Acc64(Acc64& acc, int kd, const bf16
                                                                KeepBFragment{});
 }
 
+// acc += A B over one 16-deep step of a 16 x 16 warp tile, from A's fragment fa (as
+// Bf16AOperand loads it) and B's fb (Bf16BOperand: the tile's two 8-column halves).
+__device__ __forceinline__ void MmaWarp16Step(WarpAcc16& acc, const uint32_t (&fa)[4],
+                                              const uint32_t (&fb)[4]) {
+  ptx::MmaM16N8K16Bf16(acc.x, fa, fb[0], fb[1]);
+  ptx::MmaM16N8K16Bf16(acc.x + 4, fa, fb[2], fb[3]);
+}
+
 // acc += A[16 x kd] B[kd x 16] by one warp from bf16 tiles, with a pointing at A(0, 0) and b at
 // B(0, 0) (layout flags as Mma; kd a multiple of 16).
 template <bool kARowMajor, bool kBRowMajor>

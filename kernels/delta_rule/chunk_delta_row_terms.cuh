@@ -75,10 +75,7 @@ __device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ndw, Acc& dk
     a_dut[i] = {dut + row, kLdBf16};
     a_ut[i] = {ut + row, kLdBf16};
   }
-  const auto mma = [](tile::WarpAcc16& c, const uint32_t(&fa)[4], const uint32_t(&fb)[4]) {
-    ptx::MmaM16N8K16Bf16(c.x, fa, fb[0], fb[1]);
-    ptx::MmaM16N8K16Bf16(c.x + 4, fa, fb[2], fb[3]);
-  };
+  using tile::MmaWarp16Step;
 #pragma unroll
   for (int l = 0; l < kBT; l += 16) {
     uint32_t fs[4], fds[4], fut[4];
@@ -91,10 +88,10 @@ __device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ndw, Acc& dk
       a_do[i].Load(fdo, l);
       a_dut[i].Load(fdut, l);
       a_ut[i].Load(fa_ut, l);
-      mma(sdo.part[i], fdo, fs);
-      mma(ndw.part[i], fdut, fs);
-      mma(dkd.part[i], fa_ut, fds);
-      mma(dm.part[i], fdo, fut);
+      MmaWarp16Step(sdo.part[i], fdo, fs);
+      MmaWarp16Step(ndw.part[i], fdut, fs);
+      MmaWarp16Step(dkd.part[i], fa_ut, fds);
+      MmaWarp16Step(dm.part[i], fdo, fut);
     }
   }
 }

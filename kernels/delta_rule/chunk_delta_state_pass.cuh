@@ -230,10 +230,8 @@ struct StateTiles {
           bo.Load(fb, l);
           ao0.Load(fa0, l);
           ao1.Load(fa1, l);
-          ptx::MmaM16N8K16Bf16(acc0[t].x, fa0, fb[0], fb[1]);
-          ptx::MmaM16N8K16Bf16(acc0[t].x + 4, fa0, fb[2], fb[3]);
-          ptx::MmaM16N8K16Bf16(acc1[t].x, fa1, fb[0], fb[1]);
-          ptx::MmaM16N8K16Bf16(acc1[t].x + 4, fa1, fb[2], fb[3]);
+          tile::MmaWarp16Step(acc0[t], fa0, fb);
+          tile::MmaWarp16Step(acc1[t], fa1, fb);
         }
       }
     }
