@@ -67,15 +67,14 @@ inline cudaError_t RunTiles(void (*kernel)(StepBase), dim3 grid, size_t smem, co
 }
 
 // A variant of a state pass: its kernel, shared memory, value columns and threads per block (its
-// grid is (V / cols, H, N)), and whether it forms the chunk-local term the mma.sync passes
-// otherwise leave to a kernel of their own (the forward's o: OutputKernel; the backward's MtdO:
-// LocalValueGradsKernel).
+// grid is (V / cols, H, N)), and whether it forms the chunk-local term itself (local_term: the
+// forward's o, else OutputKernel's; the backward's MtdO, else LocalValueGradsKernel's).
 struct PassVariant {
   void (*kernel)(StepBase) = nullptr;
   size_t smem = 0;
   int cols = 0;
   int threads = tiles::kThreads;
-  bool output = false;
+  bool local_term = false;
 };
 
 inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
@@ -143,7 +142,7 @@ inline bool UseColumnPasses(const ChunkDeltaParams& p) {
 // The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
 // UseColumnPasses; with `output`, the one that also writes o), or the mma.sync pass at 32 or 64
 // (with `output` and K <= 128 also the one that writes o, where it runs in as few waves as the
-// one that does not: one block per multiprocessor; picked->output says which).
+// one that does not: one block per multiprocessor; picked->local_term says which).
 inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool output,
                                    PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
@@ -178,7 +177,7 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
 // The backward pass's: the column pass at 128 or 64 value columns per block (`columns`:
 // UseColumnPasses); or the mma.sync pass with all of a chunk's tiles double-buffered, or only the
 // keys (see StateBackwardKernel), each at 32 or 64 value columns; before each, where it exists
-// (unsplit for K <= 128, split above), the one that forms MtdO itself (picked->output), taken
+// (unsplit for K <= 128, split above), the one that forms MtdO itself (picked->local_term), taken
 // where it runs in as few waves.
 inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
@@ -232,7 +231,7 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
 // p.num_seqs filled in.
 inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns) {
   PassVariant pass;
-  return !columns && (PickBackwardPass(p, false, &pass) != cudaSuccess || !pass.output);
+  return !columns && (PickBackwardPass(p, false, &pass) != cudaSuccess || !pass.local_term);
 }
 
 // Bytes of params.workspace the forward (backward = false) or backward needs on the current
@@ -292,7 +291,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
       (err = RunPass(pass, b, stream)) != cudaSuccess) {
     return err;
   }
-  if (!output || pass.output) return cudaSuccess;
+  if (!output || pass.local_term) return cudaSuccess;
   return RunTiles(tiles::OutputKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                   tiles::OutputSmem(), b, stream);
 }
@@ -318,8 +317,8 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   err = RunForwardKernels(recompute, p.chunk_states != nullptr, false, stream);
   if (err != cudaSuccess) return err;
   // The column pass forms the chunk-local MtdO itself, and so does the mma.sync pass's variant
-  // that says so (pass.output); the others read it.
-  if (!columns && !pass.output &&
+  // that says so (pass.local_term); the others read it.
+  if (!columns && !pass.local_term &&
       (err = RunTiles(tiles::LocalValueGradsKernel, dim3(p.total_chunks * (p.v_dim / kBT), p.heads),
                       tiles::LocalValueGradsSmem(), b, stream)) != cudaSuccess) {
     return err;
