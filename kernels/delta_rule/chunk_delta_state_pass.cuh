@@ -473,9 +473,9 @@ inline size_t StateForwardSmem(int k_dim, int bv, bool output = false) {
 // Backward: per chunk, in reverse, with dS the gradient of the state leaving the chunk:
 //   dS[chunk] = dS;  dUt = diag(exp(G_L - G)) K dS + MtdO;
 //   dS = gamma_L dS + Q^T (scale diag(gamma) dO) - W^T dUt,
-// MtdO = scale M^T dO the chunk-local part (LocalValueGradsKernel, for all chunks at once). Two
-// barriers per chunk: the swap, -dUt. The products over K take bf16 copies of dS, of scale
-// diag(gamma) dO and of -dUt.
+// MtdO = scale M^T dO the chunk-local part (LocalValueGradsKernel, for all chunks at once; with
+// kMtdO, below, the pass itself). Two barriers per chunk: the swap, -dUt. The products over K take
+// bf16 copies of dS, of scale diag(gamma) dO and of -dUt.
 //
 // kSplit (two blocks per multiprocessor instead of one at K = 128 on the H200; the only variant
 // that fits at K = 256): only the keys are double-buffered; the queries and W go into
