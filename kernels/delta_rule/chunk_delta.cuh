@@ -235,8 +235,8 @@ inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns) {
 }
 
 // Bytes of params.workspace the forward (backward = false) or backward needs on the current
-// device: the backward's scratch holds MtdO only where its state pass reads it (MakeStepBase
-// decides the same way).
+// device: the backward's scratch holds MtdO only where its state pass reads it (as
+// CarveStepScratch decides for the pass RunBackward picks).
 inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   ChunkDeltaParams p = params;
   p.num_seqs = NumSeqs(params);
@@ -249,17 +249,24 @@ inline size_t StatesBytes(const ChunkDeltaParams& params) {
   return CarveKeptStates(params, nullptr, nullptr);
 }
 
-// The params and scratch every kernel sees: sequence and chunk counts filled in, and which form
-// the state passes take (the column pass writes o and forms MtdO itself; so may the mma.sync
-// passes, see PickForwardPass and PickBackwardPass).
-inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated, bool backward) {
+// The params every kernel sees: sequence and chunk counts filled in, and which form the state
+// passes take (the column pass writes o and forms MtdO itself; so may the mma.sync passes, see
+// PickForwardPass and PickBackwardPass). The scratch follows (CarveStepScratch).
+inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated) {
   StepBase base{params, Scratch{}, gated};
   base.p.num_seqs = NumSeqs(params);
   base.p.total_chunks = TotalChunks(params);
   base.column_passes = UseColumnPasses(base.p);
-  CarveScratch(base.p, backward, backward && BackwardReadsMtdO(base.p, base.column_passes),
-               params.workspace, &base.s);
   return base;
+}
+
+// Carves base's scratch from the workspace: the forward's (null backward_pass), or the
+// backward's, with MtdO where its state pass reads it (as BackwardReadsMtdO says for a pass that
+// was picked), so that the backward picks its pass once.
+inline void CarveStepScratch(StepBase& base, const PassVariant* backward_pass) {
+  const bool backward = backward_pass != nullptr;
+  const bool mtdo = backward && !base.column_passes && !backward_pass->local_term;
+  CarveScratch(base.p, backward, mtdo, base.p.workspace, &base.s);
 }
 
 // Forward up to the per-chunk states and new values; where the caller kept them and the rest of
@@ -298,20 +305,23 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
 
 inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, false); err != cudaSuccess) return err;
-  return RunForwardKernels(MakeStepBase(params, gated, false), false, true, stream);
+  StepBase b = MakeStepBase(params, gated);
+  CarveStepScratch(b, nullptr);
+  return RunForwardKernels(b, false, true, stream);
 }
 
 // Recomputes the forward scratch (without o and the final state; where the caller kept the
 // forward's states, only the row scalars and the gate's cumsum), then the gradients.
 inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
-  const StepBase b = MakeStepBase(params, gated, true);
+  StepBase b = MakeStepBase(params, gated);
+  PassVariant pass;
+  cudaError_t err = PickBackwardPass(b.p, b.column_passes, &pass);
+  if (err != cudaSuccess) return err;
+  CarveStepScratch(b, &pass);
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);
   const bool columns = b.column_passes;
-  PassVariant pass;
-  cudaError_t err = PickBackwardPass(p, columns, &pass);
-  if (err != cudaSuccess) return err;
   StepBase recompute = b;
   recompute.p.final_state = nullptr;
   err = RunForwardKernels(recompute, p.chunk_states != nullptr, false, stream);
