@@ -36,6 +36,16 @@ __device__ __forceinline__ uint64_t Descriptor(uint32_t addr, uint32_t k_stride,
          uint64_t{(n_stride & 0x3FFFF) >> 4} << 32;
 }
 
+// The descriptor of a B operand at shared address addr (1024-byte aligned) in the 128-byte swizzle
+// layout: rows of 64 bf16 (128 bytes), 16-byte piece c of row r at r * 128 + 16 (c ^ (r % 8)),
+// for both K-major (rows along N: a k step of 16 adds 32 bytes) and N-major B (rows along K: a k
+// step adds 2048 bytes) of N = 64; 1024 bytes between groups of 8 rows (the stride offset; the
+// leading offset is unused at this width).
+__device__ __forceinline__ uint64_t DescriptorSwizzle128(uint32_t addr) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 |
+         uint64_t{1} << 62;
+}
+
 // Orders this thread's earlier writes of A fragments and accumulators before the products that
 // read them.
 __device__ __forceinline__ void Fence() {

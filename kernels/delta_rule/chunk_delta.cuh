@@ -4,7 +4,8 @@
 // (chunk, head) (chunk_delta_gate_scans.cuh); the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
 // (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
-// chunk_delta_row_terms.cuh, chunk_delta_wy_backward.cuh). Included only by
+// chunk_delta_row_terms.cuh and, on sm_90a, chunk_delta_row_terms_wgmma.cuh,
+// chunk_delta_wy_backward.cuh). Included only by
 // kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
 
@@ -23,6 +24,7 @@
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms.cuh"
+#include "kernels/delta_rule/chunk_delta_row_terms_wgmma.cuh"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
 #include "kernels/delta_rule/chunk_delta_steps.h"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"
@@ -122,6 +124,12 @@ inline bool HasWarpgroupProducts() {
 #endif
 }
 
+// Whether the sm_90a kernels run: the device has warpgroup products and the caller lets them
+// (ChunkDeltaParams::portable_kernels).
+inline bool UseWarpgroupProducts(const ChunkDeltaParams& p) {
+  return !p.portable_kernels && HasWarpgroupProducts();
+}
+
 // Whether the state passes run in column form on warpgroup products (chunk_delta_columns.cuh): on
 // the H100/H200, for K <= 128, where the batch has a warpgroup's 64 value columns for at least
 // three quarters of the multiprocessors. They hold fewer warps per state slice than the mma.sync
@@ -135,7 +143,8 @@ inline bool HasWarpgroupProducts() {
 // -> 0.812); 128 at (4, 2048, 16, 128) 0.854 -> 0.815 (gated 0.883 -> 0.875).
 inline bool UseColumnPasses(const ChunkDeltaParams& p) {
   int sms = 0;
-  return p.k_dim <= 2 * kBT && HasWarpgroupProducts() && MultiprocessorCount(&sms) == cudaSuccess &&
+  return p.k_dim <= 2 * kBT && UseWarpgroupProducts(p) &&
+         MultiprocessorCount(&sms) == cudaSuccess &&
          4 * int64_t{p.v_dim / 64} * p.heads * p.num_seqs >= 3 * int64_t{sms};
 }
 
@@ -257,6 +266,7 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated) {
   base.p.num_seqs = NumSeqs(params);
   base.p.total_chunks = TotalChunks(params);
   base.column_passes = UseColumnPasses(base.p);
+  base.warpgroup_products = UseWarpgroupProducts(base.p);
   return base;
 }
 
@@ -334,10 +344,11 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
     return err;
   }
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;
-  if ((err = RunTiles(tiles::RowTermsKernel, dim3(p.total_chunks * (p.k_dim / kBT), p.heads),
-                      tiles::RowTermsSmem(), b, stream)) != cudaSuccess) {
-    return err;
-  }
+  const dim3 row_terms(p.total_chunks * (p.k_dim / kBT), p.heads);
+  err = b.warpgroup_products
+            ? RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), b, stream)
+            : RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
+  if (err != cudaSuccess) return err;
   if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
       cudaSuccess) {
     return err;

@@ -43,6 +43,9 @@ struct ChunkDeltaParams {
   bool qk_l2norm = false;
   bool beta_sigmoid = false;
   bool gate_in_kernel = false;  // gated op only
+  // Run only the kernels every supported GPU runs (mma.sync, as on sm_80), not the sm_90a
+  // warpgroup-product ones, even where the device has them: for tests and comparisons.
+  bool portable_kernels = false;
 
   // --- inputs ---
   const __nv_bfloat16* q = nullptr;      // [B,T,H,K]

@@ -237,6 +237,7 @@ struct StepBase {
   Scratch s;
   bool gated;
   bool column_passes = false;  // the state passes in column form (chunk_delta.cuh, UseColumnPasses)
+  bool warpgroup_products = false;  // the sm_90a kernels run (UseWarpgroupProducts)
 };
 
 // The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with

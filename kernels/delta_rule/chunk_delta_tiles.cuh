@@ -30,7 +30,9 @@
 //   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
 //                                              StateBackwardWgmmaKernel)
 //   RowTermsKernel        (chunks * K/64, H)   dW, dq (of the normalised q with the l2norm), dk's
-//                                              row terms, parts of dG (chunk_delta_row_terms.cuh)
+//                                              row terms, parts of dG (chunk_delta_row_terms.cuh;
+//                                              on the H100/H200 RowTermsWgmmaKernel,
+//                                              chunk_delta_row_terms_wgmma.cuh)
 //   WYBackwardKernel      (chunks, H)          through T: dv, dk (of the normalised k with the
 //                                              l2norm), dG, dbeta (chunk_delta_wy_backward.cuh)
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward

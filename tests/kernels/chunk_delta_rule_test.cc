@@ -74,7 +74,12 @@ INSTANTIATE_TEST_SUITE_P(
                       // (varlen, K = 64) and 64 (V = 64).
                       DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 38},
                       DeltaCase{false, 1, 263, 14, 64, 128, kOddLengths, 0, true, true, 39},
-                      DeltaCase{false, 2, 100, 72, 128, 64, {}, 0, true, false, 40}),
+                      DeltaCase{false, 2, 100, 72, 128, 64, {}, 0, true, false, 40},
+                      // The kernels of GPUs without warpgroup products (sm_80) on this one: the
+                      // mma.sync state passes and RowTermsKernel where the column passes and
+                      // RowTermsWgmmaKernel would run.
+                      DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 51, true},
+                      DeltaCase{false, 1, 263, 14, 64, 128, kOddLengths, 0, true, true, 52, true}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace

@@ -34,7 +34,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // K = 256 over 24 heads: 192 mma.sync pass blocks of 32 value columns, 96
                       // of 64, so both passes take 64 (one wave), the backward its split variant
                       // that forms MtdO itself (the smaller K = 256 cases take 32 columns).
-                      DeltaCase{true, 1, 130, 24, 256, 256, {}, 1.0f, true, true, 50}),
+                      DeltaCase{true, 1, 130, 24, 256, 256, {}, 1.0f, true, true, 50},
+                      // The sm_80 kernels on this GPU (ChunkDeltaParams::portable_kernels).
+                      DeltaCase{true, 1, 263, 28, 128, 64, kOddLengths, 0.1f, true, true, 51,
+                                true}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace

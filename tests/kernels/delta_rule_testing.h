@@ -28,6 +28,7 @@ struct DeltaCase {
   bool qk_l2norm;                   // delta rule only (the gated op always normalises)
   bool states;                      // initial state and final-state gradient
   uint32_t seed;
+  bool portable = false;  // ChunkDeltaParams::portable_kernels: the sm_80 kernels on any GPU
 };
 
 inline std::string DeltaCaseName(const DeltaCase& c) {
@@ -37,7 +38,7 @@ inline std::string DeltaCaseName(const DeltaCase& c) {
     << (c.cu_seqlens.empty() ? "" : "_varlen" + std::to_string(c.cu_seqlens.size() - 1));
   if (c.gated) s << "_decay" << std::lround(c.decay * 100) << "e_2";
   if (!c.gated && !c.qk_l2norm) s << "_unitkeys";
-  s << (c.states ? "_states" : "");
+  s << (c.states ? "_states" : "") << (c.portable ? "_portable" : "");
   return s.str();
 }
 
@@ -133,6 +134,7 @@ inline ChunkDeltaParams MakeDeltaParams(const DeltaProblem& pr, const DeltaBuffe
   p.qk_l2norm = c.gated || c.qk_l2norm;
   p.beta_sigmoid = c.gated;
   p.gate_in_kernel = c.gated;
+  p.portable_kernels = c.portable;
   p.q = b.q;
   p.k = b.k;
   p.v = b.v;

@@ -1,0 +1,404 @@
+// The backward's row terms of the chunked delta rule (RowTermsKernel's formulas and grid, see
+// chunk_delta_row_terms.cuh) on warpgroup products (sm_90a). RowTermsKernel's eight warps each
+// load their A and B fragments of every product with ldmatrix (per V step a block reads ~147 KB of
+// shared memory for its 40 KB of tiles) and wait on those loads. Here each warpgroup runs two of
+// the four products of a V step as 64 x 64 wgmma products, the A fragments read once per warp (its
+// 16 rows), B read by the tensor cores once per warpgroup:
+//   warpgroup 0:  S dO += dO S^T,   dUt S^T            (B = S for both; dW = -dUt S^T)
+//   warpgroup 1:  dKd  += Ut dS'^T, dM += dO Ut^T      (B = dS', Ut)
+// and the epilogue splits the same way: warpgroup 1 forms dMD (two bf16 tiles, hi + lo, over the
+// first step buffer) and P's sums, warpgroup 0 stores dW; after a barrier, warpgroup 0 finishes
+// dq = scale diag(gamma) S dO + dMD K and warpgroup 1 dk_r = diag(exp(G_L - G)) dKd + dMD^T Q,
+// each as eight 64 x 64 x 16 products (B: the key or query tile, N-major). A warpgroup
+// accumulator holds whole rows per warp (GroupAcc64), so the rows' dG parts need only a quad's
+// shuffles. The V steps' tiles are double-buffered (two blocks per multiprocessor).
+// The tiles are in the 128-byte swizzle layout (SwizzledAt): whole 128-byte rows copied per warp.
+// Measured on the H200 at (8, 2048, 16, 128), per call: RowTermsKernel 353 us, this kernel 306;
+// with the tiles in the no-swizzle core-matrix layout instead (CorePieces: each warp copies 64
+// bytes of 8 rows) it took 492.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_pipeline.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/mma_tile.cuh"
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/delta_rule/chunk_delta_copies.cuh"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+// Byte offset of element (r, c) of a 64 x 64 bf16 tile in the 128-byte swizzle layout of the
+// warpgroup products (wgmma::DescriptorSwizzle128): 128-byte rows, 16-byte piece c / 8 of row r at
+// piece (c / 8) ^ (r % 8). A warp's copy of four whole rows writes 512 bytes without a bank
+// conflict and reads 128-byte runs of global memory, and the ldmatrix reads of any 8 x 8 block
+// (eight rows of one piece column) hit eight different pieces.
+__host__ __device__ constexpr int SwizzledAt(int r, int c) {
+  return r * 128 + ((c / 8 ^ r % 8) << 4) + c % 8 * 2;
+}
+constexpr int kSwizzledTileBytes = kBT * kBT * 2;
+
+// One thread's share of copying 64 rows x 64 bf16 of a token tensor into a swizzled tile
+// (cp.async): rows t / 8 and t / 8 + 32, piece t % 8. Rows past `rows` are zero-filled.
+__device__ __forceinline__ void IssueSwizzledTile(uint32_t tile, const bf16* chunk,
+                                                  int64_t row_stride, int rows) {
+  const int r = threadIdx.x / 8, c = threadIdx.x % 8;
+  const uint32_t dst = tile + r * 128 + ((c ^ r % 8) << 4);
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const bool valid = r + 32 * i < rows;
+    ptx::CopyAsync16(dst + i * 32 * 128, valid ? chunk + (r + 32 * i) * row_stride + 8 * c : chunk,
+                     valid ? 16 : 0);
+  }
+}
+
+// A warpgroup's 64 x 64 fp32 accumulator (wgmma m64n64): warp w of the group holds rows
+// 16 w .. 16 w + 15, lane (g, t) = (lane / 4, lane % 4) element d[4 j + 2 h + b] = C(16 w + g + 8
+// h, 8 j + 2 t + b). Columns 16 m .. 16 m + 15 are a WarpAcc16 of the same lane layout.
+struct GroupAcc64 {
+  float d[32];
+
+  __device__ __forceinline__ static int Row(int h) {
+    return 16 * (threadIdx.x / 32 % 4) + threadIdx.x % 32 / 4 + 8 * h;
+  }
+  __device__ __forceinline__ static int Col(int j) { return 8 * j + 2 * (threadIdx.x % 4); }
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int e = 0; e < 32; ++e) d[e] = 0.0f;
+  }
+  // x = f(row, x) for every element.
+  template <typename F>
+  __device__ __forceinline__ void ScaleRows(F f) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float s = f(Row(h));
+#pragma unroll
+      for (int j = 0; j < 8; ++j) d[4 * j + 2 * h] *= s, d[4 * j + 2 * h + 1] *= s;
+    }
+  }
+  __device__ __forceinline__ tile::WarpAcc16 Piece(int m) const {
+    tile::WarpAcc16 w;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) w.x[e] = d[8 * m + e];
+    return w;
+  }
+  // Rows [0, rows) to a row-major bf16 matrix in global memory (dst: row 0, column 0; rows ld
+  // apart), rounded, in 16-byte pieces (WarpAcc16::StoreBf16Global16B).
+  __device__ __forceinline__ void StoreRows(bf16* dst, int64_t ld, int rows) const {
+    const int r0 = 16 * (threadIdx.x / 32 % 4);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) Piece(m).StoreBf16Global16B(dst + r0 * ld + 16 * m, ld, rows - r0);
+  }
+  // The same in fp32, a pair of columns per store (a warp's store: 8 rows x 32 whole bytes).
+  __device__ __forceinline__ void StoreRows(float* dst, int64_t ld, int rows) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int r = Row(h);
+      if (r >= rows) continue;
+      float* row = dst + r * ld + Col(0);
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        *reinterpret_cast<float2*>(row + 8 * j) =
+            make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
+      }
+    }
+  }
+};
+
+// A warp's bf16 A fragments (rows 16 w .. 16 w + 15 of its warpgroup's 64, one 16-deep k step at
+// a time) of a swizzled tile, by ldmatrix; kTrans: A is the tile's transpose (A(i, l) =
+// tile(l, i)). Matrix m of a fragment is rows + 8 (m % 2), k + 8 (m / 2); lane l gives the address
+// of its row l % 8.
+template <bool kTrans>
+struct SwizzledAOperand {
+  uint32_t row;    // the lane's row address (kTrans: at step 0)
+  uint32_t piece;  // kTrans: its piece's offset; else the piece index before the step's XOR
+
+  __device__ explicit SwizzledAOperand(uint32_t tile) {
+    const int lane = threadIdx.x % 32, m = lane / 8, w = threadIdx.x / 32 % 4;
+    if (kTrans) {  // tile rows l = 16 s + 8 (m / 2) + lane % 8, piece 2 w + m % 2
+      row = tile + (8 * (m / 2) + lane % 8) * 128;
+      piece = ((2 * w + m % 2) ^ lane % 8) << 4;
+    } else {  // tile rows 16 w + 8 (m % 2) + lane % 8, piece 2 s + m / 2
+      row = tile + (16 * w + 8 * (m % 2) + lane % 8) * 128;
+      piece = m / 2 ^ lane % 8;
+    }
+  }
+  // Step s's fragment, the tile `offset` bytes after the one given.
+  __device__ __forceinline__ void Load(uint32_t (&a)[4], uint32_t offset, int s) const {
+    if (kTrans) {
+      ptx::LoadMatrix4Trans(a, row + offset + s * 2048 + piece);
+    } else {
+      ptx::LoadMatrix4(a, row + offset + ((piece ^ 2 * s) << 4));
+    }
+  }
+};
+
+// Elements (r, c) and (r, c + 1) of a swizzled bf16 tile (c even), in one 4-byte load.
+__device__ __forceinline__ float2 SwizzledPairAt(uint32_t tile, int r, int c) {
+  const uint32_t w = ptx::LoadShared(tile + SwizzledAt(r, c));
+  return make_float2(__uint_as_float(w << 16), __uint_as_float(w & 0xffff0000u));
+}
+
+// This thread's part of the dot product of two 64 x 64 bf16 tiles of the same layout: 16 element
+// pairs, two 16-byte pieces of each.
+__device__ __forceinline__ float TileDotPart16B(uint32_t a, uint32_t b) {
+  float sum = 0.0f;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t at = (threadIdx.x + kThreads * i) * 16;
+#pragma unroll
+    for (int w = 0; w < 4; ++w) {
+      const uint32_t x = ptx::LoadShared(a + at + 4 * w), y = ptx::LoadShared(b + at + 4 * w);
+      sum += __uint_as_float(x << 16) * __uint_as_float(y << 16) +
+             __uint_as_float(x & 0xffff0000u) * __uint_as_float(y & 0xffff0000u);
+    }
+  }
+  return sum;
+}
+
+// Shared memory: two V-step buffers of five swizzled tiles (S, dS', dO, dUt, Ut; after the
+// loop the first buffer holds dMD's hi and lo tiles), the slice's q and k tiles and the first
+// slice's M (swizzled); G, gamma and exp(G_L - G); the warpgroups' row parts of dG [2][64], the
+// P column sums of warpgroup 1's warps [4][64], the warps' parts of <S, dS'> [8] and of the decayed
+// key sum [4].
+struct RowTermsWgmmaLayout {
+  enum StepTile { kS, kDS, kDO, kDUt, kUt, kStepTiles };
+  static constexpr int kStep = kStepTiles * kSwizzledTileBytes;
+  static constexpr int kQ = 2 * kStep;
+  static constexpr int kK = kQ + kSwizzledTileBytes;
+  static constexpr int kM = kK + kSwizzledTileBytes;
+  static constexpr int kG = kM + kSwizzledTileBytes;
+  static constexpr int kRowParts = kG + 3 * kBT * 4;
+  static constexpr int kColParts = kRowParts + 2 * kBT * 4;
+  static constexpr int kWarpSums = kColParts + 4 * kBT * 4;
+  static constexpr int kBytes = kWarpSums + 12 * 4;
+};
+// With room to align the tiles to 1024 bytes (the swizzle's period, taken from the address).
+inline size_t RowTermsWgmmaSmem() { return RowTermsWgmmaLayout::kBytes + 1024; }
+
+__global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
+#ifdef FLAME_WGMMA_DEVICE
+  using L = RowTermsWgmmaLayout;
+  extern __shared__ float4 smem4[];
+  const uint32_t unaligned = ptx::SharedAddr(smem4);
+  const uint32_t at_s = (unaligned + 1023) & ~1023u;
+  char* at = reinterpret_cast<char*>(smem4) + (at_s - unaligned);
+  float* G = reinterpret_cast<float*>(at + L::kG);
+  float* gamma = G + kBT;
+  float* decay = gamma + kBT;                                      // exp(G_L - G)
+  float* row_parts = reinterpret_cast<float*>(at + L::kRowParts);  // [warpgroup][row]
+  float* col_parts = reinterpret_cast<float*>(at + L::kColParts);  // [warp of group 1][column]
+  float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // <S, dS'> [8], keys [4]
+  const ChunkDeltaParams& p = b.p;
+  const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
+  const int chunk = blockIdx.x / nk, slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.y;
+  const bool first_slice = slice == 0;
+  const Chunk c = LocateChunk(p, chunk);
+  const int warp = threadIdx.x / 32, group = warp / 4;
+  const int64_t qk_stride = int64_t{p.heads} * K, tok_stride = int64_t{p.heads} * V;
+
+  // The epilogue's operands travel with the first step's tiles.
+  IssueSwizzledTile(at_s + L::kQ, b.s.qn + Tok(p, c.row, h, K) + k0, qk_stride, c.rows);
+  IssueSwizzledTile(at_s + L::kK, b.s.kn + Tok(p, c.row, h, K) + k0, qk_stride, c.rows);
+  IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
+  if (first_slice) IssueSwizzledTile(at_s + L::kM, b.s.M + Mat(p, chunk, h), kBT, kBT);
+  const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
+  const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
+  const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
+  const bf16* ut_chunk = TokPtr(b.s.Ut, p, c, 0, h, V);
+  const bf16* d_o_chunk = p.d_o + In(p.v_strides, c.batch, c.t0, h);
+  const auto issue_step = [&](int n) {
+    const uint32_t buf = at_s + (n & 1) * L::kStep;
+    const int v0 = n * kBT;
+    IssueSwizzledTile(buf + L::kS * kSwizzledTileBytes, S + v0, V, kBT);
+    IssueSwizzledTile(buf + L::kDS * kSwizzledTileBytes, dS + v0, V, kBT);
+    IssueSwizzledTile(buf + L::kDO * kSwizzledTileBytes, d_o_chunk + v0, p.v_strides.token, c.rows);
+    IssueSwizzledTile(buf + L::kDUt * kSwizzledTileBytes, dut_chunk + v0, tok_stride, c.rows);
+    IssueSwizzledTile(buf + L::kUt * kSwizzledTileBytes, ut_chunk + v0, tok_stride, c.rows);
+    __pipeline_commit();
+  };
+
+  // The warpgroup's two products: A fragments from tiles a0 and a1, B from b0 and b1 (K-major:
+  // the B rows are the tiles' rows).
+  const int a0 = group == 0 ? L::kDO : L::kUt, a1 = group == 0 ? L::kDUt : L::kDO;
+  const int b0 = group == 0 ? L::kS : L::kDS, b1 = group == 0 ? L::kS : L::kUt;
+  const SwizzledAOperand<false> a0_op(at_s + a0 * kSwizzledTileBytes),
+      a1_op(at_s + a1 * kSwizzledTileBytes);
+  const uint64_t b0_desc = wgmma::DescriptorSwizzle128(at_s + b0 * kSwizzledTileBytes);
+  const uint64_t b1_desc = wgmma::DescriptorSwizzle128(at_s + b1 * kSwizzledTileBytes);
+  GroupAcc64 acc0, acc1;  // group 0: S dO, dUt S^T; group 1: dKd, dM / scale
+  acc0.Zero(), acc1.Zero();
+  float state_dot = 0.0f;
+  const int steps = V / kBT;
+  issue_step(0);
+  for (int n = 0; n < steps; ++n) {
+    if (n + 1 < steps) {
+      issue_step(n + 1);
+      __pipeline_wait_prior(1);
+    } else {
+      __pipeline_wait_prior(0);
+    }
+    wgmma::FenceSharedForProducts();
+    __syncthreads();                    // step n's tiles (and the epilogue's) are in
+    if (n == 0 && threadIdx.x < kBT) {  // for the epilogue, whose barriers publish them
+      gamma[threadIdx.x] = expf(G[threadIdx.x]);
+      decay[threadIdx.x] = expf(G[c.rows - 1] - G[threadIdx.x]);
+    }
+    const uint32_t buf = (n & 1) * L::kStep;
+    uint32_t f0[4][4], f1[4][4];
+#pragma unroll
+    for (int s = 0; s < 4; ++s) a0_op.Load(f0[s], buf, s), a1_op.Load(f1[s], buf, s);
+    wgmma::Fence();
+    // The same instructions in both warpgroups (only the descriptors and fragments differ): a
+    // product under a branch on the warpgroup serialises the products (ptxas C7520).
+    const uint64_t step = buf / 16;
+#pragma unroll
+    for (int s = 0; s < 4; ++s) {
+      wgmma::MmaRegA<kBT, false, false>(acc0.d, f0[s], b0_desc + step + s * 2);
+      wgmma::MmaRegA<kBT, false, false>(acc1.d, f1[s], b1_desc + step + s * 2);
+    }
+    wgmma::Commit();
+    state_dot += TileDotPart16B(at_s + buf + L::kS * kSwizzledTileBytes,
+                                at_s + buf + L::kDS * kSwizzledTileBytes);
+    wgmma::Wait<0>();
+    __syncthreads();  // buffer n % 2 is free for step n + 2
+  }
+
+  // The first buffer's S and dS' become dMD's hi and lo tiles.
+  const uint32_t dmd_hi = at_s, dmd_lo = at_s + kSwizzledTileBytes;
+  const int last = c.rows - 1;
+  float row_value[2];  // the lane's part of its two rows' dG terms
+  if (group == 0) {
+    acc1.ScaleRows([](int) { return -1.0f; });  // dW = -dUt S^T
+    acc1.StoreRows(TokPtr(b.s.dW, p, c, 0, h, K) + k0, qk_stride, c.rows);
+    // scale gamma_i q_i . (S dO)_i
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = GroupAcc64::Row(hr);
+      float dot = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; ++j) {
+        const float2 qv = SwizzledPairAt(at_s + L::kQ, r, GroupAcc64::Col(j));
+        dot += qv.x * acc0.d[4 * j + 2 * hr] + qv.y * acc0.d[4 * j + 2 * hr + 1];
+      }
+      row_value[hr] = p.scale * gamma[r] * dot;
+    }
+  } else {
+    // dMD = scale tril(dM) * D as hi + lo bf16 tiles (StoreSplitBf16Pair); the first slice's
+    // P = dM * M (strictly lower) summed by rows and columns; the rows' key terms
+    // exp(G_L - G_i) k_i . dKd_i (the last row's left out of both sums, see RowTermsKernel).
+    float p_row[2] = {}, key[2] = {};
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+      const int col = GroupAcc64::Col(j);
+      float p_col[2] = {};
+#pragma unroll
+      for (int hr = 0; hr < 2; ++hr) {
+        const int r = GroupAcc64::Row(hr);
+        const float f = r < c.rows ? p.scale : 0.0f;
+        const float dm0 = acc1.d[4 * j + 2 * hr], dm1 = acc1.d[4 * j + 2 * hr + 1];
+        const int off = SwizzledAt(r, col);
+        tile::StoreSplitBf16Pair(
+            reinterpret_cast<bf16*>(at + off),
+            reinterpret_cast<bf16*>(at + kSwizzledTileBytes + off),
+            col <= r ? f * dm0 * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 0.0f,
+            col + 1 <= r ? f * dm1 * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
+        if (first_slice) {
+          const float2 mv = SwizzledPairAt(at_s + L::kM, r, col);
+          const float p0 = col < r ? f * dm0 * mv.x : 0.0f,
+                      p1 = col + 1 < r ? f * dm1 * mv.y : 0.0f;
+          p_row[hr] += p0 + p1;
+          p_col[0] += p0, p_col[1] += p1;
+        }
+        const float2 kv = SwizzledPairAt(at_s + L::kK, r, col);
+        key[hr] += kv.x * acc0.d[4 * j + 2 * hr] + kv.y * acc0.d[4 * j + 2 * hr + 1];
+      }
+      if (first_slice) {  // the columns' sums over the warp's rows (the lanes of one t)
+#pragma unroll
+        for (int e = 0; e < 2; ++e) {
+          for (int off = 4; off < 32; off *= 2) {
+            p_col[e] += __shfl_xor_sync(0xffffffffu, p_col[e], off);
+          }
+        }
+        if (threadIdx.x % 32 < 4) {
+          *reinterpret_cast<float2*>(col_parts + (warp - 4) * kBT + col) =
+              make_float2(p_col[0], p_col[1]);
+        }
+      }
+    }
+    float keys = 0.0f;
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      const int r = GroupAcc64::Row(hr);
+      const float k_term = r == last ? 0.0f : decay[r] * key[hr];
+      keys += k_term;
+      row_value[hr] = p_row[hr] - k_term;
+    }
+    keys = WarpSum(keys);
+    if (threadIdx.x % 32 == 0) warp_sums[8 + warp - 4] = keys;
+  }
+  // The rows' parts over the quad (its four lanes hold the same two rows).
+#pragma unroll
+  for (int hr = 0; hr < 2; ++hr) {
+    row_value[hr] += __shfl_xor_sync(0xffffffffu, row_value[hr], 1);
+    row_value[hr] += __shfl_xor_sync(0xffffffffu, row_value[hr], 2);
+    if (threadIdx.x % 4 == 0) row_parts[group * kBT + GroupAcc64::Row(hr)] = row_value[hr];
+  }
+  state_dot = WarpSum(state_dot);
+  if (threadIdx.x % 32 == 0) warp_sums[warp] = state_dot;
+  __syncthreads();  // dMD and every part of dG are in
+
+  // dq = scale diag(gamma) S dO + dMD K;  dk_r = diag(exp(G_L - G)) dKd + dMD^T Q (B = the key or
+  // query tile, N-major), dMD as hi + lo.
+  const uint64_t qk_desc = wgmma::DescriptorSwizzle128(at_s + (group == 0 ? L::kK : L::kQ));
+  uint32_t fh[4][4], fl[4][4];
+  if (group == 0) {
+    const SwizzledAOperand<false> md(dmd_hi);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) md.Load(fh[s], 0, s), md.Load(fl[s], dmd_lo - dmd_hi, s);
+    acc0.ScaleRows([&](int r) { return p.scale * gamma[r]; });
+  } else {
+    const SwizzledAOperand<true> md(dmd_hi);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) md.Load(fh[s], 0, s), md.Load(fl[s], dmd_lo - dmd_hi, s);
+    acc0.ScaleRows([&](int r) { return decay[r]; });
+  }
+  wgmma::Fence();
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    wgmma::MmaRegA<kBT, false, true>(acc0.d, fh[s], qk_desc + s * 128);
+    wgmma::MmaRegA<kBT, false, true>(acc0.d, fl[s], qk_desc + s * 128);
+  }
+  wgmma::Commit();
+  if (threadIdx.x >= kThreads - kBT) {  // the slice's part of dG, while the products run
+    const int r = threadIdx.x - (kThreads - kBT);
+    float dG = row_parts[r] + row_parts[kBT + r];
+    if (first_slice) {
+      dG -= (col_parts[r] + col_parts[kBT + r]) + (col_parts[2 * kBT + r] + col_parts[3 * kBT + r]);
+    }
+    if (r == last) {
+      float state = 0.0f, key_sum = 0.0f;
+      for (int w = 0; w < kWarps; ++w) state += warp_sums[w];
+      for (int w = 0; w < 4; ++w) key_sum += warp_sums[kWarps + w];
+      dG += gamma[r] * state + key_sum;
+    }
+    b.s.dG_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? dG : 0.0f;
+  }
+  wgmma::Wait<0>();
+  if (group == 0) {
+    if (p.qk_l2norm) {
+      acc0.StoreRows(TokPtr(b.s.dq_normed, p, c, 0, h, K) + k0, qk_stride, c.rows);
+    } else {
+      acc0.StoreRows(p.dq + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
+    }
+  } else {
+    acc0.StoreRows(TokPtr(b.s.dk_rows, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  }
+#endif
+}
+
+}  // namespace flame::kernels::delta_chunk::tiles
