@@ -44,7 +44,9 @@ __device__ __forceinline__ void IssueSwizzledTile(uint32_t tile, const bf16* chu
 
 // A warpgroup's 64 x 64 fp32 accumulator (wgmma m64n64): warp w of the group holds rows
 // 16 w .. 16 w + 15, lane (g, t) = (lane / 4, lane % 4) element d[4 j + 2 h + b] = C(16 w + g + 8
-// h, 8 j + 2 t + b). Columns 16 m .. 16 m + 15 are a WarpAcc16 of the same lane layout.
+// h, 8 j + 2 t + b). Columns 16 m .. 16 m + 15 are a WarpAcc16 of the same lane layout. (A warp's
+// part is WarpRows<64>'s layout, chunk_delta_columns.cuh, which holds a warp's transposed state
+// columns; this one is a whole tile in row form, with its rows' places and stores.)
 struct GroupAcc64 {
   float d[32];
 
