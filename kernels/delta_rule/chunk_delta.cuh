@@ -4,7 +4,7 @@
 // (chunk, head) (chunk_delta_gate_scans.cuh); the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
 // (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
-// chunk_delta_row_terms.cuh and, on sm_90a, chunk_delta_row_terms_wgmma.cuh,
+// chunk_delta_row_terms.cuh (on sm_90a chunk_delta_row_terms_wgmma.cuh),
 // chunk_delta_wy_backward.cuh). Included only by
 // kernels/delta_rule/chunk_delta_rule.cu.
 #pragma once
@@ -141,11 +141,14 @@ inline bool UseWarpgroupProducts(const ChunkDeltaParams& p) {
 // 0.49 -> 0.59; 80 at (5, 2048, 8, 128) 0.64 -> 0.64 (gated 0.67 -> 0.70); 96 at (3, 2048, 16,
 // 128) 0.713 -> 0.703 (gated 0.752 -> 0.763); 112 at (7, 2048, 8, 128) 0.778 -> 0.754 (gated 0.808
 // -> 0.812); 128 at (4, 2048, 16, 128) 0.854 -> 0.815 (gated 0.883 -> 0.875).
-inline bool UseColumnPasses(const ChunkDeltaParams& p) {
+// ColumnPassesFit: the shape's part of that test.
+inline bool ColumnPassesFit(const ChunkDeltaParams& p) {
   int sms = 0;
-  return p.k_dim <= 2 * kBT && UseWarpgroupProducts(p) &&
-         MultiprocessorCount(&sms) == cudaSuccess &&
+  return p.k_dim <= 2 * kBT && MultiprocessorCount(&sms) == cudaSuccess &&
          4 * int64_t{p.v_dim / 64} * p.heads * p.num_seqs >= 3 * int64_t{sms};
+}
+inline bool UseColumnPasses(const ChunkDeltaParams& p) {
+  return UseWarpgroupProducts(p) && ColumnPassesFit(p);
 }
 
 // The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
@@ -265,8 +268,8 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated) {
   StepBase base{params, Scratch{}, gated};
   base.p.num_seqs = NumSeqs(params);
   base.p.total_chunks = TotalChunks(params);
-  base.column_passes = UseColumnPasses(base.p);
   base.warpgroup_products = UseWarpgroupProducts(base.p);
+  base.column_passes = base.warpgroup_products && ColumnPassesFit(base.p);  // UseColumnPasses
   return base;
 }
 

@@ -159,8 +159,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
     __syncthreads();  // buffer n % 2 is free for step n + 2
   }
 
-  // The first buffer's S and dS' become dMD's hi and lo tiles.
+  // The first buffer's S and dS' become dMD's hi and lo tiles (dmd_at: their generic address).
   const uint32_t dmd_hi = at_s, dmd_lo = at_s + kSwizzledTileBytes;
+  char* const dmd_at = at;
   const int last = c.rows - 1;
   float row_value[2];  // the lane's part of its two rows' dG terms
   if (group == 0) {
@@ -194,8 +195,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
         const float dm0 = acc1.d[4 * j + 2 * hr], dm1 = acc1.d[4 * j + 2 * hr + 1];
         const int off = SwizzledAt(r, col);
         tile::StoreSplitBf16Pair(
-            reinterpret_cast<bf16*>(at + off),
-            reinterpret_cast<bf16*>(at + kSwizzledTileBytes + off),
+            reinterpret_cast<bf16*>(dmd_at + off),
+            reinterpret_cast<bf16*>(dmd_at + (dmd_lo - dmd_hi) + off),
             col <= r ? f * dm0 * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 0.0f,
             col + 1 <= r ? f * dm1 * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
         if (first_slice) {
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
       row_value[hr] = p_row[hr] - k_term;
     }
     keys = WarpSum(keys);
-    if (threadIdx.x % 32 == 0) warp_sums[8 + warp - 4] = keys;
+    if (threadIdx.x % 32 == 0) warp_sums[kWarps + warp - 4] = keys;
   }
   // The rows' parts over the quad (its four lanes hold the same two rows).
 #pragma unroll
