@@ -4,10 +4,13 @@
 // shared memory for its 40 KB of tiles) and wait on those loads. Here each warpgroup runs two of
 // the four products of a V step as 64 x 64 wgmma products, the A fragments read once per warp (its
 // 16 rows), B read by the tensor cores once per warpgroup:
-//   warpgroup 0:  S dO += dO S^T,   dUt S^T            (B = S for both; dW = -dUt S^T)
-//   warpgroup 1:  dKd  += Ut dS'^T, dM += dO Ut^T      (B = dS', Ut)
-// and the epilogue splits the same way: warpgroup 1 forms dMD (two bf16 tiles, hi + lo, over the
-// first step buffer) and P's sums, warpgroup 0 stores dW; after a barrier, warpgroup 0 finishes
+//   warpgroup 0:  S dO += dO S^T,   dM += dO Ut^T      (A = dO for both; B = S, Ut)
+//   warpgroup 1:  dKd  += Ut dS'^T, dUt S^T            (B = dS', S; dW = -dUt S^T)
+// and the epilogue splits the same way: warpgroup 0 forms dMD (two bf16 tiles, hi + lo, over the
+// first step buffer), P's sums and the query dots, warpgroup 1 stores dW and forms the key dots
+// (with dMD, P and the key dots in one warpgroup and only dW and the query dots in the other,
+// ncu's first stall was the barrier after the epilogue; this split took the kernel from 304.3 to
+// 301.9 us at (8, 2048, 16, 128)); after a barrier, warpgroup 0 finishes
 // dq = scale diag(gamma) S dO + dMD K and warpgroup 1 dk_r = diag(exp(G_L - G)) dKd + dMD^T Q,
 // each as eight 64 x 64 x 16 products (B: the key or query tile, N-major). A warpgroup
 // accumulator holds whole rows per warp (GroupAcc64), so the rows' dG parts need only a quad's
@@ -55,7 +58,7 @@ __device__ __forceinline__ float TileDotPart16B(uint32_t a, uint32_t b) {
 // Shared memory: two V-step buffers of five swizzled tiles (S, dS', dO, dUt, Ut; after the
 // loop the first buffer holds dMD's hi and lo tiles), the slice's q and k tiles and the first
 // slice's M (swizzled); G, gamma and exp(G_L - G); the warpgroups' row parts of dG [2][64], the
-// P column sums of warpgroup 1's warps [4][64], the warps' parts of <S, dS'> [8] and of the decayed
+// P column sums of warpgroup 0's warps [4][64], the warps' parts of <S, dS'> [8] and of the decayed
 // key sum [4].
 struct RowTermsWgmmaLayout {
   enum StepTile { kS, kDS, kDO, kDUt, kUt, kStepTiles };
@@ -82,7 +85,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
   float* gamma = G + kBT;
   float* decay = gamma + kBT;                                      // exp(G_L - G)
   float* row_parts = reinterpret_cast<float*>(at + L::kRowParts);  // [warpgroup][row]
-  float* col_parts = reinterpret_cast<float*>(at + L::kColParts);  // [warp of group 1][column]
+  float* col_parts = reinterpret_cast<float*>(at + L::kColParts);  // [warp of group 0][column]
   float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // <S, dS'> [8], keys [4]
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
@@ -115,13 +118,13 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
 
   // The warpgroup's two products: A fragments from tiles a0 and a1, B from b0 and b1 (K-major:
   // the B rows are the tiles' rows).
-  const int a0 = group == 0 ? L::kDO : L::kUt, a1 = group == 0 ? L::kDUt : L::kDO;
-  const int b0 = group == 0 ? L::kS : L::kDS, b1 = group == 0 ? L::kS : L::kUt;
+  const int a0 = group == 0 ? L::kDO : L::kUt, a1 = group == 0 ? L::kDO : L::kDUt;
+  const int b0 = group == 0 ? L::kS : L::kDS, b1 = group == 0 ? L::kUt : L::kS;
   const SwizzledAOperand<false> a0_op(at_s + a0 * kSwizzledTileBytes),
       a1_op(at_s + a1 * kSwizzledTileBytes);
   const uint64_t b0_desc = wgmma::DescriptorSwizzle128(at_s + b0 * kSwizzledTileBytes);
   const uint64_t b1_desc = wgmma::DescriptorSwizzle128(at_s + b1 * kSwizzledTileBytes);
-  GroupAcc64 acc0, acc1;  // group 0: S dO, dUt S^T; group 1: dKd, dM / scale
+  GroupAcc64 acc0, acc1;  // group 0: S dO, dM / scale; group 1: dKd, dUt S^T
   acc0.Zero(), acc1.Zero();
   float state_dot = 0.0f;
   const int steps = V / kBT;
@@ -164,26 +167,31 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
   char* const dmd_at = at;
   const int last = c.rows - 1;
   float row_value[2];  // the lane's part of its two rows' dG terms
-  if (group == 0) {
+  if (group == 1) {
     acc1.ScaleRows([](int) { return -1.0f; });  // dW = -dUt S^T
     acc1.StoreRows(TokPtr(b.s.dW, p, c, 0, h, K) + k0, qk_stride, c.rows);
-    // scale gamma_i q_i . (S dO)_i
+    // The rows' key terms exp(G_L - G_i) k_i . dKd_i (the last row's left out of both sums, see
+    // RowTermsKernel).
+    float keys = 0.0f;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = GroupAcc64::Row(hr);
-      float dot = 0.0f;
+      float key = 0.0f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
-        const float2 qv = SwizzledPairAt(at_s + L::kQ, r, GroupAcc64::Col(j));
-        dot += qv.x * acc0.d[4 * j + 2 * hr] + qv.y * acc0.d[4 * j + 2 * hr + 1];
+        const float2 kv = SwizzledPairAt(at_s + L::kK, r, GroupAcc64::Col(j));
+        key += kv.x * acc0.d[4 * j + 2 * hr] + kv.y * acc0.d[4 * j + 2 * hr + 1];
       }
-      row_value[hr] = p.scale * gamma[r] * dot;
+      const float k_term = r == last ? 0.0f : decay[r] * key;
+      keys += k_term;
+      row_value[hr] = -k_term;
     }
+    keys = WarpSum(keys);
+    if (threadIdx.x % 32 == 0) warp_sums[kWarps + warp - 4] = keys;
   } else {
     // dMD = scale tril(dM) * D as hi + lo bf16 tiles (StoreSplitBf16Pair); the first slice's
-    // P = dM * M (strictly lower) summed by rows and columns; the rows' key terms
-    // exp(G_L - G_i) k_i . dKd_i (the last row's left out of both sums, see RowTermsKernel).
-    float p_row[2] = {}, key[2] = {};
+    // P = dM * M (strictly lower) summed by rows and columns; scale gamma_i q_i . (S dO)_i.
+    float p_row[2] = {}, q_dot[2] = {};
 #pragma unroll
     for (int j = 0; j < 8; ++j) {
       const int col = GroupAcc64::Col(j);
@@ -206,8 +214,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
           p_row[hr] += p0 + p1;
           p_col[0] += p0, p_col[1] += p1;
         }
-        const float2 kv = SwizzledPairAt(at_s + L::kK, r, col);
-        key[hr] += kv.x * acc0.d[4 * j + 2 * hr] + kv.y * acc0.d[4 * j + 2 * hr + 1];
+        const float2 qv = SwizzledPairAt(at_s + L::kQ, r, col);
+        q_dot[hr] += qv.x * acc0.d[4 * j + 2 * hr] + qv.y * acc0.d[4 * j + 2 * hr + 1];
       }
       if (first_slice) {  // the columns' sums over the warp's rows (the lanes of one t)
 #pragma unroll
@@ -217,21 +225,15 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
           }
         }
         if (threadIdx.x % 32 < 4) {
-          *reinterpret_cast<float2*>(col_parts + (warp - 4) * kBT + col) =
+          *reinterpret_cast<float2*>(col_parts + warp * kBT + col) =
               make_float2(p_col[0], p_col[1]);
         }
       }
     }
-    float keys = 0.0f;
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
-      const int r = GroupAcc64::Row(hr);
-      const float k_term = r == last ? 0.0f : decay[r] * key[hr];
-      keys += k_term;
-      row_value[hr] = p_row[hr] - k_term;
+      row_value[hr] = p_row[hr] + p.scale * gamma[GroupAcc64::Row(hr)] * q_dot[hr];
     }
-    keys = WarpSum(keys);
-    if (threadIdx.x % 32 == 0) warp_sums[kWarps + warp - 4] = keys;
   }
   // The rows' parts over the quad (its four lanes hold the same two rows).
 #pragma unroll
