@@ -169,15 +169,45 @@ __device__ inline void StoreMat(float* dst, const float* src) {
   });
 }
 
-// T = (I + A)^-1 for strictly lower A (both tiles, leading dimension kLd), in 16 x 16 blocks:
-// the four diagonal blocks by forward substitution side by side, then block row by block row
-//   R_ij = sum_{j <= k < i} A_ik T_kj,  T_ij = -T_ii R_ij   (block indices, j < i),
-// the blocks j of a block row side by side, each thread four adjacent columns of one row: a
-// 16-byte load of T (or R) serves four FMAs and an A (or T_ii) value is loaded once for the
-// four. (One element per thread, every FMA waited on a load: forward substitution down all 64
-// rows, 63 dependent steps each reading a row of A per lane, before that: the kernel's
-// shared-memory pipe was its limit.) Everything in fp32; rows with A = 0 (past the chunk's end)
-// stay unit rows. Writes T (rounded to TF32: an operand); ends synchronised.
+// acc += A B for one warp's 16 x 16 tile over k < kd (a multiple of 8), A and B row-major fp32
+// (a: the tile's row 0 at k = 0, 16-byte aligned rows; b: row k = 0 at the tile's column 0), as
+// three TF32 products of the operands split into TF32 hi + lo parts (lo x lo left out): close to
+// fp32 products, which InvertUnitLower needs (T feeds W, U and through them the states).
+__device__ __forceinline__ void MmaSplitTf32Warp16(tile::WarpAcc16& acc, int kd, const float* a,
+                                                   int lda, const float* b, int ldb) {
+  const tile::Tf32AOperand<true> ao(a, lda);
+  const tile::Tf32BOperand<true> bo(b, ldb);
+  const auto split = [](uint32_t(&hi)[4], uint32_t(&lo)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      const float x = __uint_as_float(hi[i]), h = tile::RoundTf32(x);
+      hi[i] = __float_as_uint(h);
+      lo[i] = __float_as_uint(tile::RoundTf32(x - h));
+    }
+  };
+  for (int l = 0; l < kd; l += 8) {
+    uint32_t a_hi[4], a_lo[4], b_hi[4], b_lo[4];
+    ao.Load(a_hi, l);
+    bo.Load(b_hi, l);
+    split(a_hi, a_lo);
+    split(b_hi, b_lo);
+    tile::MmaStep(acc, a_lo, b_hi);
+    tile::MmaStep(acc, a_hi, b_lo);
+    tile::MmaStep(acc, a_hi, b_hi);
+  }
+}
+
+// T = (I + A)^-1 for strictly lower A (both tiles, leading dimension kLd), by doubling: the four
+// 16 x 16 diagonal blocks by forward substitution side by side, then the 32 x 32 and the 64 x 64
+// diagonal blocks from the halves' inverses,
+//   inv([[I + A_11, 0], [A_21, I + A_22]]) = [[T_1, 0], [-T_2 (A_21 T_1), T_2]],
+// the two products of each step on tensor cores (MmaSplitTf32Warp16, one warp per 16 x 16 tile,
+// the second product by the warp or after a barrier). Everything else in fp32; rows with A = 0
+// (past the chunk's end) stay unit rows. Writes T (rounded to TF32: an operand); ends synchronised.
+// (The off-diagonal blocks by block rows on the CUDA cores, each thread four columns of one row,
+// took 51 of ChunkPrepare's 236 us per call at (8, 2048, 16, 128), bound by their shared-memory
+// loads; this way ChunkPrepare takes 214.) The intermediates A_21 T_1 wait in the upper
+// triangle, which is zeroed at the end.
 constexpr int kInvBlock = 16;
 constexpr int kInvBlocks = kBT / kInvBlock;
 
@@ -206,49 +236,44 @@ __device__ inline void InvertUnitLower(float* T, const float* A) {
     for (int t = 0; t < kInvBlock / 4; ++t) T[(o + part + 4 * t) * kLd + o + c] = col[t];
   }
   __syncthreads();
-  // Block rows 1..3: thread (jb, r, c4) of block column jb < i, row r, columns c4 .. c4 + 3. R_ij
-  // waits in block (j, i) of T, above the diagonal, which is zero at the end; T_ij goes below
-  // it, where no thread of the block row reads.
-  const int jb = threadIdx.x / 64, r = threadIdx.x / 4 % kInvBlock, c4 = threadIdx.x % 4 * 4;
-  const auto fma4 = [](float4& acc, float a, float4 b) {
-    acc.x += a * b.x, acc.y += a * b.y, acc.z += a * b.z, acc.w += a * b.w;
-  };
-#pragma unroll
-  for (int i = 1; i < kInvBlocks; ++i) {
-    if (jb < i) {
-      const float* a_row = A + (i * kInvBlock + r) * kLd;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int k = jb; k < i; ++k) {
-#pragma unroll
-        for (int m4 = 0; m4 < kInvBlock; m4 += 4) {
-          const float4 a = *reinterpret_cast<const float4*>(a_row + k * kInvBlock + m4);
-          const float* t = T + (k * kInvBlock + m4) * kLd + jb * kInvBlock + c4;
-          fma4(acc, a.x, *reinterpret_cast<const float4*>(t));
-          fma4(acc, a.y, *reinterpret_cast<const float4*>(t + kLd));
-          fma4(acc, a.z, *reinterpret_cast<const float4*>(t + 2 * kLd));
-          fma4(acc, a.w, *reinterpret_cast<const float4*>(t + 3 * kLd));
-        }
-      }
-      *reinterpret_cast<float4*>(T + (jb * kInvBlock + r) * kLd + i * kInvBlock + c4) = acc;
-    }
-    __syncthreads();
-    if (jb < i) {
-      const float* t_row = T + (i * kInvBlock + r) * kLd + i * kInvBlock;
-      float4 acc = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-#pragma unroll
-      for (int m4 = 0; m4 < kInvBlock; m4 += 4) {
-        const float4 t = *reinterpret_cast<const float4*>(t_row + m4);
-        const float* r_col = T + (jb * kInvBlock + m4) * kLd + i * kInvBlock + c4;
-        fma4(acc, t.x, *reinterpret_cast<const float4*>(r_col));
-        fma4(acc, t.y, *reinterpret_cast<const float4*>(r_col + kLd));
-        fma4(acc, t.z, *reinterpret_cast<const float4*>(r_col + 2 * kLd));
-        fma4(acc, t.w, *reinterpret_cast<const float4*>(r_col + 3 * kLd));
-      }
-      *reinterpret_cast<float4*>(T + (i * kInvBlock + r) * kLd + jb * kInvBlock + c4) =
-          make_float4(-acc.x, -acc.y, -acc.z, -acc.w);
-    }
-    __syncthreads();
+  const int warp = threadIdx.x / 32;
+  constexpr int kB = kInvBlock;
+  if (warp < 2) {
+    // The 32 x 32 block at o: X = A_21 T_1 waits in the top right 32 x 32 block (at row o / 2,
+    // column 32 + o / 2), then -T_2 X goes below the diagonal.
+    const int o = 2 * kB * warp;
+    float* x_at = T + (kB * warp) * kLd + 2 * kB + kB * warp;
+    tile::WarpAcc16 x, t;
+    x.Zero(), t.Zero();
+    MmaSplitTf32Warp16(x, kB, A + (o + kB) * kLd + o, kLd, T + o * kLd + o, kLd);
+    x.Store(x_at, kLd);
+    __syncwarp();
+    MmaSplitTf32Warp16(t, kB, T + (o + kB) * kLd + o + kB, kLd, x_at, kLd);
+    t.Scale(-1.0f);
+    t.Store(T + (o + kB) * kLd + o, kLd);
   }
+  __syncthreads();
+  // The 64 x 64 block: X = A_21 T_1 (32 x 32, warp (r, c) its 16 x 16 tile r, c; T_1's tile
+  // column c is zero above row 16 c) into the top right 32 x 32 block, then T's bottom left block
+  // -T_2 X (T_2's tile row r is zero right of column 16 (r + 1)).
+  const int r = warp / 2 % 2, c = warp % 2;
+  if (warp < 4) {
+    tile::WarpAcc16 x;
+    x.Zero();
+    MmaSplitTf32Warp16(x, 2 * kB - kB * c, A + (2 * kB + kB * r) * kLd + kB * c, kLd,
+                       T + kB * c * kLd + kB * c, kLd);
+    x.Store(T + kB * r * kLd + 2 * kB + kB * c, kLd);
+  }
+  __syncthreads();
+  if (warp < 4) {
+    tile::WarpAcc16 t;
+    t.Zero();
+    MmaSplitTf32Warp16(t, kB * (r + 1), T + (2 * kB + kB * r) * kLd + 2 * kB, kLd,
+                       T + 2 * kB + kB * c, kLd);
+    t.Scale(-1.0f);
+    t.Store(T + (2 * kB + kB * r) * kLd + kB * c, kLd);
+  }
+  __syncthreads();
   const int col = threadIdx.x % kBT;  // a fixed column per thread: no index arithmetic per element
 #pragma unroll
   for (int row = threadIdx.x / kBT; row < kBT; row += kThreads / kBT) {
