@@ -388,25 +388,55 @@ __device__ inline void StoreColumnSumParts(float* parts, float (&col)[4]) {
   }
 }
 
+// The k steps of an Acc64 product for each of a warp's two C tiles. FullK: all of [0, kd).
+// PartK: [begin[i], end[i]) for part i (multiples of 16; begin == end: the part keeps its value),
+// for triangular operands whose zero 16-row blocks a product leaves out: the k loop runs over the
+// union of the ranges and skips, per part, the steps outside its own (uniform per warp).
+struct FullK {
+  int kd;
+  __device__ __forceinline__ int Begin() const { return 0; }
+  __device__ __forceinline__ int End() const { return kd; }
+  __device__ __forceinline__ bool Has(int, int) const { return true; }
+};
+struct PartK {
+  int begin[2], end[2];
+  __device__ __forceinline__ int Begin() const {
+    return min(begin[0] < end[0] ? begin[0] : end[1], begin[1] < end[1] ? begin[1] : end[0]);
+  }
+  __device__ __forceinline__ int End() const { return max(end[0], end[1]); }
+  __device__ __forceinline__ bool Has(int i, int l) const { return l >= begin[i] && l < end[i]; }
+};
+
 // acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are
 // fp32 scratch, where bf16 would cost accuracy. Layout flags as Mma (fp32 leading dimensions a
-// multiple of 4, tiles 16-byte aligned; kd a multiple of 8).
-template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a, int lda,
-                                             const float* b, int ldb) {
+// multiple of 4, tiles 16-byte aligned; kd a multiple of 8, or k: PartK).
+template <bool kARowMajor, bool kBRowMajor, typename KSteps>
+__device__ __forceinline__ void MmaTf32Acc64Steps(Acc64& acc, KSteps k, const float* a, int lda,
+                                                  const float* b, int ldb) {
   const int col = Acc64::Col();
   const Tf32BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
   const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
   const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
 #pragma unroll 4
-  for (int l = 0; l < kd; l += 8) {
+  for (int l = k.Begin(); l < k.End(); l += 8) {
     uint32_t fb[4], fa0[4], fa1[4];
     bo.Load(fb, l);
-    a0.Load(fa0, l);
-    a1.Load(fa1, l);
-    MmaStep(acc.part[0], fa0, fb);
-    MmaStep(acc.part[1], fa1, fb);
+    // Both loads before both products (the asm is volatile: this is the order they issue in).
+    if (k.Has(0, l)) a0.Load(fa0, l);
+    if (k.Has(1, l)) a1.Load(fa1, l);
+    if (k.Has(0, l)) MmaStep(acc.part[0], fa0, fb);
+    if (k.Has(1, l)) MmaStep(acc.part[1], fa1, fb);
   }
+}
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a, int lda,
+                                             const float* b, int ldb) {
+  MmaTf32Acc64Steps<kARowMajor, kBRowMajor>(acc, FullK{kd}, a, lda, b, ldb);
+}
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, const PartK& k, const float* a, int lda,
+                                             const float* b, int ldb) {
+  MmaTf32Acc64Steps<kARowMajor, kBRowMajor>(acc, k, a, lda, b, ldb);
 }
 
 // Operand fragments of a warp's m16n8k16 bf16 product step (two n8 halves), read with ldmatrix
@@ -506,17 +536,17 @@ struct Tf32PairedAOperand {
 
 // acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A fp32 of TF32 values (row-major: lda =
 // 8 mod 32; kARowMajor false, A(i, l) = a[l * lda + i]: lda = 4 mod 16) and B a row-major bf16
-// tile; kd a multiple of 16. For a product whose fp32 factor is the left one: no widened copy of
-// the bf16 tile, one ldmatrix per 16 k for B.
-template <bool kARowMajor = true>
-__device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float* a, int lda,
-                                                 const bf16* b, int ldb) {
+// tile; kd a multiple of 16 (or k: PartK). For a product whose fp32 factor is the left one: no
+// widened copy of the bf16 tile, one ldmatrix per 16 k for B.
+template <bool kARowMajor, typename KSteps>
+__device__ __forceinline__ void MmaTf32Bf16Acc64Steps(Acc64& acc, KSteps k, const float* a, int lda,
+                                                      const bf16* b, int ldb) {
   using AOperand = Tf32PairedAOperand<kARowMajor>;
   const Bf16BOperand<true> bo(b + Acc64::Col(), ldb);
   const AOperand a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
   const AOperand a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
 #pragma unroll 2
-  for (int l0 = 0; l0 < kd; l0 += 16) {
+  for (int l0 = k.Begin(); l0 < k.End(); l0 += 16) {
     uint32_t pairs[4];
     bo.Load(pairs, l0);
 #pragma unroll
@@ -525,12 +555,22 @@ __device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float
       const uint32_t fb[4] = {pairs[s] << 16, pairs[s] & 0xffff0000u, pairs[2 + s] << 16,
                               pairs[2 + s] & 0xffff0000u};
       uint32_t fa0[4], fa1[4];
-      a0.Load(fa0, l0 + 8 * s);
-      a1.Load(fa1, l0 + 8 * s);
-      MmaStep(acc.part[0], fa0, fb);
-      MmaStep(acc.part[1], fa1, fb);
+      if (k.Has(0, l0)) a0.Load(fa0, l0 + 8 * s);
+      if (k.Has(1, l0)) a1.Load(fa1, l0 + 8 * s);
+      if (k.Has(0, l0)) MmaStep(acc.part[0], fa0, fb);
+      if (k.Has(1, l0)) MmaStep(acc.part[1], fa1, fb);
     }
   }
+}
+template <bool kARowMajor = true>
+__device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float* a, int lda,
+                                                 const bf16* b, int ldb) {
+  MmaTf32Bf16Acc64Steps<kARowMajor>(acc, FullK{kd}, a, lda, b, ldb);
+}
+template <bool kARowMajor = true>
+__device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, const PartK& k, const float* a,
+                                                 int lda, const bf16* b, int ldb) {
+  MmaTf32Bf16Acc64Steps<kARowMajor>(acc, k, a, lda, b, ldb);
 }
 
 // MmaBf16Acc64's b_fragment that leaves the fragment as loaded.
@@ -543,10 +583,13 @@ struct KeepBFragment {
 // loaded once per k step and passed through b_fragment(fb, l) (l the k offset, fb as
 // Bf16BOperand loads it), e.g. to scale B's rows without a pass over the tile. With kSum, every
 // product goes to acc[0]: acc[0] += (sum_n A_n) B, for an operand held as the bf16 tiles of its
-// parts (StoreSplitBf16Pair's hi and lo). Layout flags as Mma; kd a multiple of 16.
-template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment, bool kSum = false>
-__device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, int lda, int a_step,
-                                             const bf16* b, int ldb, BFragment b_fragment) {
+// parts (StoreSplitBf16Pair's hi and lo). Layout flags as Mma; kd a multiple of 16 (k: FullK or
+// PartK).
+template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment, bool kSum = false,
+          typename KSteps = FullK>
+__device__ __forceinline__ void MmaBf16Acc64Steps(Acc64* acc, KSteps k, const bf16* a, int lda,
+                                                  int a_step, const bf16* b, int ldb,
+                                                  BFragment b_fragment) {
   const int col = Acc64::Col();
   const Bf16BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
   Bf16AOperand<kARowMajor> a0[kN], a1[kN];
@@ -557,30 +600,46 @@ __device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, 
     a1[n] = {kARowMajor ? an + Acc64::Row(1) * lda : an + Acc64::Row(1), lda};
   }
 #pragma unroll 4
-  for (int l = 0; l < kd; l += 16) {
+  for (int l = k.Begin(); l < k.End(); l += 16) {
     uint32_t fb[4];
     bo.Load(fb, l);
     b_fragment(fb, l);
 #pragma unroll
     for (int n = 0; n < kN; ++n) {
       uint32_t fa0[4], fa1[4];
-      a0[n].Load(fa0, l);
-      a1[n].Load(fa1, l);
+      if (k.Has(0, l)) a0[n].Load(fa0, l);
+      if (k.Has(1, l)) a1[n].Load(fa1, l);
       Acc64& c = acc[kSum ? 0 : n];
-      ptx::MmaM16N8K16Bf16(c.part[0].x, fa0, fb[0], fb[1]);
-      ptx::MmaM16N8K16Bf16(c.part[0].x + 4, fa0, fb[2], fb[3]);
-      ptx::MmaM16N8K16Bf16(c.part[1].x, fa1, fb[0], fb[1]);
-      ptx::MmaM16N8K16Bf16(c.part[1].x + 4, fa1, fb[2], fb[3]);
+      if (k.Has(0, l)) {
+        ptx::MmaM16N8K16Bf16(c.part[0].x, fa0, fb[0], fb[1]);
+        ptx::MmaM16N8K16Bf16(c.part[0].x + 4, fa0, fb[2], fb[3]);
+      }
+      if (k.Has(1, l)) {
+        ptx::MmaM16N8K16Bf16(c.part[1].x, fa1, fb[0], fb[1]);
+        ptx::MmaM16N8K16Bf16(c.part[1].x + 4, fa1, fb[2], fb[3]);
+      }
     }
   }
 }
 
+template <bool kARowMajor, bool kBRowMajor, int kN, typename BFragment, bool kSum = false>
+__device__ __forceinline__ void MmaBf16Acc64(Acc64* acc, int kd, const bf16* a, int lda, int a_step,
+                                             const bf16* b, int ldb, BFragment b_fragment) {
+  MmaBf16Acc64Steps<kARowMajor, kBRowMajor, kN, BFragment, kSum>(acc, FullK{kd}, a, lda, a_step, b,
+                                                                 ldb, b_fragment);
+}
+
 // acc += A[64 x kd] B[kd x 64] from bf16 tiles, C in registers (Acc64). Layout flags as Mma; kd
-// a multiple of 16.
+// a multiple of 16 (or k: PartK).
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, int kd, const bf16* a, int lda,
                                              const bf16* b, int ldb) {
-  MmaBf16Acc64<kARowMajor, kBRowMajor, 1>(&acc, kd, a, lda, 0, b, ldb, KeepBFragment{});
+  MmaBf16Acc64Steps<kARowMajor, kBRowMajor, 1>(&acc, FullK{kd}, a, lda, 0, b, ldb, KeepBFragment{});
+}
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, const PartK& k, const bf16* a, int lda,
+                                             const bf16* b, int ldb) {
+  MmaBf16Acc64Steps<kARowMajor, kBRowMajor, 1>(&acc, k, a, lda, 0, b, ldb, KeepBFragment{});
 }
 
 // acc += (A_hi + A_lo)[64 x kd] B[kd x 64] from bf16 tiles, A_lo = a_hi + lo_step: an fp32 left
