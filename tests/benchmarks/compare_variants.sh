@@ -12,11 +12,12 @@
 # SANITIZE=1 (compute-sanitizer memcheck of each variant's tests), RACECHECK=FILTER (racecheck of
 # each variant's tests over that gtest filter; the sanitizers run side by side, before the timing),
 # OPS (benchmark ops, comma-separated, default chunk_gla), SHAPE (one benchmark shape: an index
-# or B,T,H,D; default all five), ROUNDS (timing rounds, each variant once per round, default 2),
-# FLAME_BENCH_BUDGET_MS (default 300 here), PROFILE_SHAPE (a shape index: ncu time per kernel call
-# of OPS there, per variant). A variant folder with a bin/ folder is not built here: bin/ holds
-# its test binaries and chunk_attention_benchmark, each xz-compressed (NAME.xz), as
-# prebuild_variant.sh builds them on the CPU machine, which saves the device call its build.
+# or B,T,H,D; default all five), ROUNDS (timing rounds, each variant once per round, default 2;
+# 0: none), FLAME_BENCH_BUDGET_MS (default 300 here), PROFILE_SHAPE (a shape index: ncu time and
+# DRAM bytes per kernel call of OPS there, per variant). A variant folder with a bin/ folder is
+# not built here: bin/ holds its test binaries and chunk_attention_benchmark, each xz-compressed
+# (NAME.xz), as prebuild_variant.sh builds them on the CPU machine, which saves the device call
+# its build.
 set -uo pipefail
 export NCCL_NVLS_ENABLE=0
 OUT=${OUT:-out}
@@ -101,7 +102,7 @@ for round in $(seq "${ROUNDS:-2}"); do
   done
 done
 el timed
-python3 - "$OUT/bench.jsonl" <<'PY'
+[ -f "$OUT/bench.jsonl" ] && python3 - "$OUT/bench.jsonl" <<'PY'
 import collections, json, sys
 rows = collections.defaultdict(list)  # (op, shape) -> [(variant, fwd, f+b)]
 for line in open(sys.argv[1]):
@@ -120,23 +121,33 @@ if [ -n "${PROFILE_SHAPE:-}" ]; then
   for v in $VARIANTS; do
     name=$(variant_name "$v")
     FLAME_BENCH_REPS=1 FLAME_BENCH_WARMUP=0 FLAME_BENCH_BUDGET_MS=0 timeout 200 ncu --clock-control none \
-      --metrics gpu__time_duration.sum "/tmp/variant-$name/b/chunk_attention_benchmark" "$OPS" \
-      "$PROFILE_SHAPE" > "$OUT/ncu_$name.log" 2>&1
-    echo "== $name, per kernel call at shape $PROFILE_SHAPE (us, mean over the calls)"
+      --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum \
+      "/tmp/variant-$name/b/chunk_attention_benchmark" "$OPS" "$PROFILE_SHAPE" \
+      > "$OUT/ncu_$name.log" 2>&1
+    echo "== $name, per kernel call at shape $PROFILE_SHAPE (mean over the calls): us, DRAM MB" \
+      "read + written, TB/s"
     python3 - "$OUT/ncu_$name.log" <<'PY'
 import collections, re, sys
+# ncu's units: time in ns/us/ms (usecond etc.), bytes in byte/Kbyte/Mbyte/Gbyte (decimal).
+TIME = {'n': 1e-3, 'u': 1.0, 'm': 1e3, 's': 1e6}
+BYTES = {'b': 1e-6, 'K': 1e-3, 'M': 1.0, 'G': 1e3}
 calls, name = collections.OrderedDict(), None
 for line in open(sys.argv[1]):
     m = re.match(r'\s+(\S.*?) \(\d+, \d+, \d+\)x\(\d+, \d+, \d+\)', line)
     if m:
         name = m.group(1).split('(')[0][-50:]
+        calls.setdefault(name, []).append({})
         continue
-    m = re.search(r'gpu__time_duration.sum\s+(\S+)\s+([\d.,]+)', line)
+    m = re.search(r'(gpu__time_duration|dram__bytes_(?:read|write))\.sum\s+(\S+)\s+([\d.,]+)', line)
     if m and name:
-        v, unit = float(m.group(2).replace(',', '')), m.group(1)
-        calls.setdefault(name, []).append(v / 1000 if unit[0] == 'n' else v if unit[0] in 'uμ' else v * 1000)
+        metric, unit, v = m.group(1), m.group(2), float(m.group(3).replace(',', ''))
+        units = TIME if metric.startswith('gpu') else BYTES
+        calls[name][-1][metric] = v * units.get(unit[0].replace('\u03bc', 'u'), 1.0)
 for k, v in calls.items():
-    print(f"  {sum(v) / len(v):9.1f} x{len(v):3d}  {k}")
+    mean = lambda key: sum(c.get(key, 0.0) for c in v) / len(v)
+    us, rd, wr = mean('gpu__time_duration'), mean('dram__bytes_read'), mean('dram__bytes_write')
+    rate = (rd + wr) / us if us else 0.0
+    print(f"  {us:9.1f} x{len(v):3d} {rd:8.1f} + {wr:7.1f} MB {rate:5.2f}  {k}")
 PY
   done
   el profiled
