@@ -645,12 +645,18 @@ __device__ __forceinline__ void MmaBf16Acc64(Acc64& acc, const PartK& k, const b
 // acc += (A_hi + A_lo)[64 x kd] B[kd x 64] from bf16 tiles, A_lo = a_hi + lo_step: an fp32 left
 // operand as StoreSplitBf16Pair's two bf16 tiles (16 bits of mantissa, against TF32's 11), at
 // twice a bf16 product's tensor work but with ldmatrix loads in either layout, where a TF32
-// operand takes scalar loads. Layout flags as Mma; kd a multiple of 16.
+// operand takes scalar loads. Layout flags as Mma; kd a multiple of 16 (or k: PartK).
 template <bool kARowMajor, bool kBRowMajor>
 __device__ __forceinline__ void MmaSplitBf16Acc64(Acc64& acc, int kd, const bf16* a_hi, int lda,
                                                   int lo_step, const bf16* b, int ldb) {
   MmaBf16Acc64<kARowMajor, kBRowMajor, 2, KeepBFragment, true>(&acc, kd, a_hi, lda, lo_step, b, ldb,
                                                                KeepBFragment{});
+}
+template <bool kARowMajor, bool kBRowMajor>
+__device__ __forceinline__ void MmaSplitBf16Acc64(Acc64& acc, const PartK& k, const bf16* a_hi,
+                                                  int lda, int lo_step, const bf16* b, int ldb) {
+  MmaBf16Acc64Steps<kARowMajor, kBRowMajor, 2, KeepBFragment, true>(&acc, k, a_hi, lda, lo_step, b,
+                                                                    ldb, KeepBFragment{});
 }
 
 // acc += A B over one 16-deep step of a 16 x 16 warp tile, from A's fragment fa (as

@@ -108,12 +108,16 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
       tile::StoreSplitBf16Pair(t_hi + i * kLdBf16 + m, t_lo + i * kLdBf16 + m, t.x * f0, t.y * f1);
     }
   };
+  // T is lower triangular: row tile I of a product with it sums k < 16 (I + 1) only.
+  tile::PartK lower;
+#pragma unroll
+  for (int i = 0; i < 2; ++i) lower.begin[i] = 0, lower.end[i] = Acc::Row(i) + 16;
   const auto store_t_times = [&](bf16* x, int slices, bf16* dst, int64_t ld) {
     for (int j = 0; j < slices; ++j) {
       bf16* slice = x + j * kBf16Tile;
       Acc acc;
       acc.Zero();
-      tile::MmaSplitBf16Acc64<true, true>(acc, kBT, t_hi, kLdBf16, kBf16Tile, slice, kLdBf16);
+      tile::MmaSplitBf16Acc64<true, true>(acc, lower, t_hi, kLdBf16, kBf16Tile, slice, kLdBf16);
       __syncthreads();  // every warp has read the slice
       acc.StoreBf16(slice, kLdBf16);
       __syncthreads();
