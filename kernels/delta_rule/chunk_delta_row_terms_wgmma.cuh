@@ -117,7 +117,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
   };
 
   // The warpgroup's two products: A fragments from tiles a0 and a1, B from b0 and b1 (K-major:
-  // the B rows are the tiles' rows).
+  // the B rows are the tiles' rows). Warpgroup 0's a0 and a1 are both dO, loaded twice so that
+  // both warpgroups run the same instructions (a product under a branch on the warpgroup is
+  // serialised, see below); passing one fragment set to both products was not measured.
   const int a0 = group == 0 ? L::kDO : L::kUt, a1 = group == 0 ? L::kDO : L::kDUt;
   const int b0 = group == 0 ? L::kS : L::kDS, b1 = group == 0 ? L::kUt : L::kS;
   const SwizzledAOperand<false> a0_op(at_s + a0 * kSwizzledTileBytes),
