@@ -153,8 +153,8 @@ inline bool UseColumnPasses(const ChunkDeltaParams& p) {
 
 // The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
 // UseColumnPasses; with `output`, the one that also writes o), or the mma.sync pass at 32 or 64
-// (with `output` and K <= 128 also the one that writes o, where it runs in as few waves as the
-// one that does not: one block per multiprocessor; picked->local_term says which).
+// (with `output` also the one that writes o, where it runs in as few waves as the one that does
+// not: one block per multiprocessor; picked->local_term says which).
 inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool output,
                                    PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;

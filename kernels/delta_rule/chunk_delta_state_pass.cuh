@@ -320,6 +320,21 @@ struct ChunkTiles {
     t.G = reinterpret_cast<float*>(at + ForwardBytes(nk, output) - kGBytes);
     return t;
   }
+  // The split forward with o (K > 128, see StateForwardKernel): a double-buffered set holds W and
+  // G only; the keys, the queries and M have one buffer each (`singles`).
+  __host__ __device__ static constexpr int SplitSetBytes(int nk) { return KeyBytes(nk) + kGBytes; }
+  __host__ __device__ static constexpr int SplitSingleBytes(int nk) {
+    return 2 * KeyBytes(nk) + kBf16Tile * 2;
+  }
+  __device__ static ChunkTiles SplitForward(char* set_at, char* singles, int nk) {
+    ChunkTiles t{};
+    t.w = reinterpret_cast<bf16*>(set_at);
+    t.G = reinterpret_cast<float*>(set_at + KeyBytes(nk));
+    t.k = reinterpret_cast<bf16*>(singles);
+    t.q = reinterpret_cast<bf16*>(singles + KeyBytes(nk));
+    t.M = reinterpret_cast<bf16*>(singles + 2 * KeyBytes(nk));
+    return t;
+  }
   __device__ static ChunkTiles Backward(char* keys, char* queries, char* rest, int nk, int bv,
                                         bool mtdo) {
     ChunkTiles t{};
@@ -347,16 +362,24 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 // 384 blocks in one wave instead of two -- in 598 us instead of 590: the keys' copy, exposed once
 // per chunk, cost what the wave saved.)
 // Two blocks per multiprocessor where their shared memory allows (K <= 128 at 64 columns).
-// kOutput (K <= 128): the pass also writes o = scale [diag(gamma) Q S + M Ut], OutputKernel's,
+// kOutput: the pass also writes o = scale [diag(gamma) Q S + M Ut], OutputKernel's,
 // from the bf16 S copy and the new values it has on chip: Q S beside W S (the same B fragments),
 // M Ut after the second barrier from an undecayed bf16 copy of Ut. The queries and M travel with
 // the chunk's tiles, so a block takes one multiprocessor; the launcher takes it where the grid
 // runs in one wave either way (narrow batches), where OutputKernel's re-reading of Q, S and Ut
 // cost 211 us per call at (2, 16384, 16, 128) beside the pass's 416.
+// kOutput at K > 128 (kSplit): double-buffered tile sets of every operand do not fit beside the
+// state copy, so only W and G are; the keys, the queries and M have one buffer each, refilled
+// once the chunk before is done with them: the queries after the second barrier (their product
+// Q S comes first), the keys and M after the next chunk's first barrier, landing while its W S
+// and Q S run (their products come last; the second barrier waits for them). OutputKernel would
+// read the state (bf16, K x V: 128 KB a chunk and head at K = V = 256) back from memory: at
+// (8, 4096, 8, 256) on the H200 StateForward<4, 64> + OutputKernel took 477 + 313 us per call,
+// this pass 678 (forward 1.12 -> 1.01 ms).
 template <int kNk, int kBV, bool kOutput = false>
 __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) ? 2 : 1)
     StateForwardKernel(StepBase b) {
-  static_assert(!kOutput || kNk <= 2, "o in the pass for K <= 128");
+  constexpr bool kSplit = kOutput && kNk > 2;
   constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
@@ -366,10 +389,16 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
   bf16* ut_tile = s_copy + K * kLdSb;             // decayed new values (bf16), 64 x kLdSb
   bf16* ut_raw = ut_tile + kBT * kLdSb;           // kOutput: the new values (bf16), 64 x kLdSb
   char* sets_at = reinterpret_cast<char*>(ut_raw + (kOutput ? kBT * kLdSb : 0));
+  char* singles_at = sets_at + 2 * ChunkTiles::SplitSetBytes(kNk);  // kSplit
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
-    return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(kNk, kOutput), kNk,
-                               kOutput);
+    if constexpr (kSplit) {
+      return ChunkTiles::SplitForward(sets_at + (i & 1) * ChunkTiles::SplitSetBytes(kNk),
+                                      singles_at, kNk);
+    } else {
+      return ChunkTiles::Forward(sets_at + (i & 1) * ChunkTiles::ForwardBytes(kNk, kOutput), kNk,
+                                 kOutput);
+    }
   };
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
@@ -377,15 +406,24 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
   const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys and of W
   const int64_t ld_v = int64_t{p.heads} * V;
   const int ra = LaneRow(), rb = ra + 8;
-  const auto issue = [&](int ci, const ChunkTiles& t) {
+  // kSplit issues the parts at their own times: issue_w (W, G), issue_queries, issue_late (the
+  // keys, M); otherwise issue takes all of a chunk's tiles at once.
+  const auto issue_w = [&](int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
-    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), rows, kNk);
     rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), rows, kNk);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
-    if (kOutput) {
-      rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), rows, kNk);
-      TokTilePieces(kBT).Issue(t.M, b.s.M + Mat(p, seq.first_chunk + ci, h), kBT, 1);
-    }
+  };
+  const auto issue_queries = [&](int ci, const ChunkTiles& t) {
+    rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), kNk);
+  };
+  const auto issue_late = [&](int ci, const ChunkTiles& t) {
+    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), kNk);
+    if (kOutput) TokTilePieces(kBT).Issue(t.M, b.s.M + Mat(p, seq.first_chunk + ci, h), kBT, 1);
+  };
+  const auto issue = [&](int ci, const ChunkTiles& t) {
+    issue_w(ci, t);
+    issue_late(ci, t);
+    if (kOutput) issue_queries(ci, t);
   };
   // kOutput: chunk 0's o at the block's first column; each chunk moves it by o_step.
   bf16* o_chunk = kOutput ? p.o + In(p.v_strides, seq.batch, seq.bos, h) + v0 : nullptr;
@@ -416,8 +454,16 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
     StoreStateCopy<kNk, kBV>(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V);
+    if (kSplit) {
+      if (ci > 0) issue_late(ci, t);  // chunk 0's came with its set
+      __pipeline_commit();
+    }
     if (ci + 1 < seq.num_chunks) {
-      issue(ci + 1, set(ci + 1));
+      if (kSplit) {
+        issue_w(ci + 1, set(ci + 1));
+      } else {
+        issue(ci + 1, set(ci + 1));
+      }
       load_u(ci + 1, u_next);
     }
     __pipeline_commit();
@@ -443,7 +489,12 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       ScaleRows(ut[c], decay_a, decay_b);
       ut[c].StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
     }
+    if (kSplit) __pipeline_wait_prior(1);  // the keys and M (the next chunk's W may still fly)
     __syncthreads();
+    if (kSplit) {
+      if (ci + 1 < seq.num_chunks) issue_queries(ci + 1, t);  // every Q S is done
+      __pipeline_commit();
+    }
     S.Scale(expf(G_last));
     S.AddTransposedProductBf16(t.k, ut_tile);
     if constexpr (kOutput) {
@@ -465,8 +516,10 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
 
 inline size_t StateForwardSmem(int k_dim, int bv, bool output = false) {
   const int nk = k_dim / kBT;
-  return (k_dim + (output ? 2 : 1) * kBT) * (bv + 8) * sizeof(bf16) +
-         2 * ChunkTiles::ForwardBytes(nk, output);
+  const size_t tiles = output && nk > 2
+                           ? 2 * ChunkTiles::SplitSetBytes(nk) + ChunkTiles::SplitSingleBytes(nk)
+                           : 2 * ChunkTiles::ForwardBytes(nk, output);
+  return (k_dim + (output ? 2 : 1) * kBT) * (bv + 8) * sizeof(bf16) + tiles;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -659,12 +712,20 @@ inline void (*StateForwardFor(int nk))(StepBase) {
   }
 }
 
-// With o in the pass (output): K <= 128 only, null above.
+// With o in the pass (output; split above K = 128).
 inline void (*StateForwardFor(int nk, int bv, bool output = false))(StepBase) {
   if (output) {
-    if (nk > 2) return nullptr;
-    return bv == 64 ? (nk == 1 ? StateForwardKernel<1, 64, true> : StateForwardKernel<2, 64, true>)
-                    : (nk == 1 ? StateForwardKernel<1, 32, true> : StateForwardKernel<2, 32, true>);
+    constexpr auto kOut = true;
+    switch (nk) {
+      case 1:
+        return bv == 64 ? StateForwardKernel<1, 64, kOut> : StateForwardKernel<1, 32, kOut>;
+      case 2:
+        return bv == 64 ? StateForwardKernel<2, 64, kOut> : StateForwardKernel<2, 32, kOut>;
+      case 3:
+        return bv == 64 ? StateForwardKernel<3, 64, kOut> : StateForwardKernel<3, 32, kOut>;
+      default:
+        return bv == 64 ? StateForwardKernel<4, 64, kOut> : StateForwardKernel<4, 32, kOut>;
+    }
   }
   return bv == 64 ? StateForwardFor<64>(nk) : StateForwardFor<32>(nk);
 }
