@@ -478,6 +478,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
     } else {
       StateTiles<kNk, kBV>::ProductBf16(ut, t.w, s_copy);
     }
+    // The ungated rule's decays are 1 (G = 0): its multiplications by them are skipped.
     const float G_last = t.G[rows - 1];
     const float decay_a = KeyDecay(t, G_last, ra), decay_b = KeyDecay(t, G_last, rb);
 #pragma unroll
@@ -486,7 +487,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       for (int e = 0; e < 8; ++e) ut[c].x[e] = u[c][e] - ut[c].x[e];
       StoreRows(b.s.Ut + src.TokAt(ci, V) + v0 + 32 * c, ld_v, ut[c], rows);
       if (kOutput) ut[c].StoreBf16(ut_raw + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
-      ScaleRows(ut[c], decay_a, decay_b);
+      if (b.gated) ScaleRows(ut[c], decay_a, decay_b);
       ut[c].StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
     }
     if (kSplit) __pipeline_wait_prior(1);  // the keys and M (the next chunk's W may still fly)
@@ -495,7 +496,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       if (ci + 1 < seq.num_chunks) issue_queries(ci + 1, t);  // every Q S is done
       __pipeline_commit();
     }
-    S.Scale(expf(G_last));
+    if (b.gated) S.Scale(expf(G_last));
     S.AddTransposedProductBf16(t.k, ut_tile);
     if constexpr (kOutput) {
       // o = scale [diag(gamma) Q S + M Ut] (M is zero past the chunk's end and above the
@@ -503,7 +504,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       const float gamma_a = __expf(t.G[ra]), gamma_b = __expf(t.G[rb]);
 #pragma unroll
       for (int c = 0; c < kT; ++c) {
-        ScaleRows(o[c], gamma_a, gamma_b);
+        if (b.gated) ScaleRows(o[c], gamma_a, gamma_b);
         tile::MmaBf16Warp16<true, true>(o[c], kBT, t.M + WarpRow() * kLdBf16, kLdBf16,
                                         ut_raw + WarpCol() + 32 * c, kLdSb);
         o[c].Scale(p.scale);
@@ -654,18 +655,19 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
     // 843 at (1, 8192, 96, 128)).
     ForBlockItems<kThreads, kBT * kBV / 8>([&](int idx) {
       const int r = idx / (kBV / 8), c8 = idx % (kBV / 8) * 8;
-      const float f = p.scale * __expf(t.G[r]);
+      const float f = b.gated ? p.scale * __expf(t.G[r]) : p.scale;
       float x[8];
       LoadBf16x8(t.d_o + r * kBV + c8, x);
 #pragma unroll
       for (int u = 0; u < 8; ++u) x[u] *= f;
       StoreBf16x8(d_og + r * kLdSb + c8, x);
     });
+    // The ungated rule's decays are 1 (G = 0): its multiplications by them are skipped.
     const float G_last = t.G[rows - 1];
     const float decay_a = KeyDecay(t, G_last, ra), decay_b = KeyDecay(t, G_last, rb);
 #pragma unroll
     for (int c = 0; c < kT; ++c) {
-      ScaleRows(du[c], decay_a, decay_b);
+      if (b.gated) ScaleRows(du[c], decay_a, decay_b);
 #pragma unroll
       for (int e = 0; e < 8; ++e) {
         if constexpr (kMtdO) {
@@ -684,7 +686,7 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
       if (ci > 0) issue_rest(ci - 1, t);
       __pipeline_commit();
     }
-    dS.Scale(expf(G_last));
+    if (b.gated) dS.Scale(expf(G_last));
     dS.AddTransposedProductBf16(t.q, d_og);
     dS.AddTransposedProductBf16(t.w, dut);
   }
