@@ -86,6 +86,78 @@ __device__ __forceinline__ void MmaM16N8K8Tf32(float* c, const uint32_t (&a)[4],
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
+// The copy engine's tiled copies (TMA, sm_90): a box of a tensor described by a tensor map
+// (kernels/common/tensor_map.h) lands in shared memory, its bytes counted on an mbarrier there. A
+// waiter sees the box once the barrier's phase completes: every expected arrival made
+// (MbarrierInit's count) and every announced byte landed (MbarrierArriveExpectTx). Callers run
+// them on sm_90 only; elsewhere they trap.
+__device__ __forceinline__ void MbarrierInit(uint32_t bar, uint32_t arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+#else
+  __trap();
+#endif
+}
+// One arrival on the barrier's current phase, announcing `bytes` more to land in it.
+__device__ __forceinline__ void MbarrierArriveExpectTx(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+               : "memory");
+#else
+  __trap();
+#endif
+}
+// Until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void MbarrierWait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n"
+      ".reg .pred done;\n"
+      "WAIT_%=:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      "@!done bra WAIT_%=;\n"
+      "}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// The box of `map` at coordinates (c0, c1[, c2]) (innermost first) to shared dst, counted on bar.
+__device__ __forceinline__ void TmaLoad2D(uint32_t dst, const void* map, int c0, int c1,
+                                          uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(bar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+__device__ __forceinline__ void TmaLoad3D(uint32_t dst, const void* map, int c0, int c1, int c2,
+                                          uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+      " [%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(dst),
+      "l"(map), "r"(c0), "r"(c1), "r"(c2), "r"(bar)
+      : "memory");
+#else
+  __trap();
+#endif
+}
+// Orders this thread's earlier shared-memory writes before later copy-engine writes to the same
+// bytes (a different proxy: a block barrier alone does not order them).
+__device__ __forceinline__ void FenceProxyAsync() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#else
+  __trap();
+#endif
+}
+
 constexpr float kRcpLn2 = 1.4426950408889634f;  // log2(e): exp(x) = 2^(x kRcpLn2)
 
 // 2^x with results below 2^-126 flushed to zero: one MUFU.EX2, where exp2f adds a range test and

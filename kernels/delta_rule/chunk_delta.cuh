@@ -16,6 +16,7 @@
 
 #include "kernels/common/launch_checks.h"
 #include "kernels/common/launch_waves.h"
+#include "kernels/common/tensor_map.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_column_backward.cuh"
 #include "kernels/delta_rule/chunk_delta_column_forward.cuh"
@@ -83,11 +84,51 @@ inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
   return dim3(p.v_dim / v.cols, p.heads, p.num_seqs);
 }
 
+// Whether the current device has the copy engine's tiled copies (sm_90 and later), which the
+// mma.sync state passes use there (PassTileMaps).
+inline bool HasTileCopies() {
+  int device = 0, major = 0;
+  return cudaGetDevice(&device) == cudaSuccess &&
+         cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess &&
+         major >= 9;
+}
+
+// Fills b.maps for the mma.sync state passes (scratch carved) where the device has the copy
+// engine; elsewhere they copy by cp.async and the maps stay empty.
+inline cudaError_t BuildPassTileMaps(StepBase& b) {
+  if (!HasTileCopies()) return cudaSuccess;
+  const ChunkDeltaParams& p = b.p;
+  const uint64_t K = p.k_dim, H = p.heads;
+  // The copies' coordinates are 32-bit: token rows and M's rows (chunks x H x 64) must fit.
+  if (static_cast<uint64_t>(TokenRows(p)) > INT32_MAX ||
+      static_cast<uint64_t>(p.total_chunks) * H * kBT > INT32_MAX) {
+    return cudaErrorInvalidValue;
+  }
+  const uint64_t token_dims[3] = {K, H, static_cast<uint64_t>(TokenRows(p))};
+  const uint64_t token_strides[2] = {K * sizeof(__nv_bfloat16), H * K * sizeof(__nv_bfloat16)};
+  const uint32_t token_box[3] = {kBT, 1, kBT};
+  const uint64_t mat_dims[2] = {kBT, static_cast<uint64_t>(p.total_chunks) * H * kBT};
+  const uint64_t mat_strides[1] = {kBT * sizeof(__nv_bfloat16)};
+  const uint32_t mat_box[2] = {kBT, kBT};
+  cudaError_t err;
+  if ((err = EncodeBf16TileMap(&b.maps.w, b.s.W, 3, token_dims, token_strides, token_box)) !=
+          cudaSuccess ||
+      (err = EncodeBf16TileMap(&b.maps.kn, b.s.kn, 3, token_dims, token_strides, token_box)) !=
+          cudaSuccess ||
+      (err = EncodeBf16TileMap(&b.maps.qn, b.s.qn, 3, token_dims, token_strides, token_box)) !=
+          cudaSuccess) {
+    return err;
+  }
+  return EncodeBf16TileMap(&b.maps.M, b.s.M, 2, mat_dims, mat_strides, mat_box);
+}
+
 inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStream_t stream) {
   cudaError_t err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(v.smem));
   if (err != cudaSuccess) return err;
-  v.kernel<<<PassGrid(base.p, v), v.threads, v.smem, stream>>>(base);
+  StepBase b = base;
+  if (!b.column_passes && (err = BuildPassTileMaps(b)) != cudaSuccess) return err;
+  v.kernel<<<PassGrid(b.p, v), v.threads, v.smem, stream>>>(b);
   return cudaGetLastError();
 }
 

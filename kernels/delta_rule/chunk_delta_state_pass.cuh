@@ -12,8 +12,9 @@
 //
 // The passes are latency-bound: per chunk they multiply a few 64 x 64 tiles with the state, and
 // every chunk waits for the one before. So all of a chunk's tiles are copied into shared memory
-// (cp.async) while the chunk before is computed: two sets of tile buffers, one being read, one
-// being filled, and one block barrier per chunk orders the swap.
+// while the chunk before is computed (on sm_90 by the copy engine, chunk_delta_swizzled.cuh's
+// TileGroup; cp.async before): two sets of tile buffers, one being read, one being filled, and
+// one block barrier per chunk orders the swap.
 //
 // The chunk's K x 64 operands are the keys, the queries and W = T diag(beta gamma) K (written by
 // ChunkPrepare), all bf16 (half the copy, half the shared memory; without the l2norm the keys and
@@ -42,6 +43,7 @@
 #include <type_traits>
 
 #include "kernels/delta_rule/chunk_delta_copies.cuh"
+#include "kernels/delta_rule/chunk_delta_swizzled.cuh"
 #include "kernels/delta_rule/chunk_delta_tiles.cuh"
 
 namespace flame::kernels::delta_chunk::tiles {
@@ -196,8 +198,8 @@ struct StateTiles {
     for (int j = 0; j < kNk; ++j) {
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
-        tile::MmaBf16Warp16<false, true>(part[j][t], kBT, tiles + j * kBf16Tile + WarpRow(),
-                                         kLdBf16, b + Col(t), kLdSb);
+        MmaSwizzledWarp16<true, true>(part[j][t], tiles + j * kSwizzledTile, WarpRow(), b + Col(t),
+                                      kLdSb);
       }
     }
   }
@@ -208,8 +210,8 @@ struct StateTiles {
     for (int j = 0; j < kNk; ++j) {
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
-        tile::MmaBf16Warp16<true, true>(acc[t], kBT, tiles + j * kBf16Tile + WarpRow() * kLdBf16,
-                                        kLdBf16, s + j * kBT * kLdSb + Col(t), kLdSb);
+        MmaSwizzledWarp16<false, true>(acc[t], tiles + j * kSwizzledTile, WarpRow(),
+                                       s + j * kBT * kLdSb + Col(t), kLdSb);
       }
     }
   }
@@ -221,15 +223,15 @@ struct StateTiles {
     for (int j = 0; j < kNk; ++j) {
 #pragma unroll
       for (int t = 0; t < kT; ++t) {
-        const int a_at = j * kBf16Tile + WarpRow() * kLdBf16;
-        const tile::Bf16AOperand<true> ao0(a0 + a_at, kLdBf16), ao1(a1 + a_at, kLdBf16);
+        const SwizzledAOperand<false> ao0(ptx::SharedAddr(a0 + j * kSwizzledTile), WarpRow()),
+            ao1(ptx::SharedAddr(a1 + j * kSwizzledTile), WarpRow());
         const tile::Bf16BOperand<true> bo(s + j * kBT * kLdSb + Col(t), kLdSb);
 #pragma unroll
         for (int l = 0; l < kBT; l += 16) {
           uint32_t fa0[4], fa1[4], fb[4];
           bo.Load(fb, l);
-          ao0.Load(fa0, l);
-          ao1.Load(fa1, l);
+          ao0.Load(fa0, 0, l / 16);
+          ao1.Load(fa1, 0, l / 16);
           tile::MmaWarp16Step(acc0[t], fa0, fb);
           tile::MmaWarp16Step(acc1[t], fa1, fb);
         }
@@ -273,11 +275,18 @@ struct SeqSources {
   int64_t state0;  // of chunk 0's state (K x V)
   int heads;
 
+  int row0;      // flat token row of chunk 0's row 0 (the tile maps' row coordinate)
+  int64_t mat0;  // row of chunk 0's M in [chunks x H x 64, 64] (the M map's)
+
   __device__ SeqSources(const ChunkDeltaParams& p, const Seq& seq, int h)
       : len(seq.len),
         tok0(Tok(p, MakeChunk(p, seq, 0).row, h, 1)),
         state0(State(p, seq.first_chunk, h)),
-        heads(p.heads) {}
+        heads(p.heads),
+        row0(static_cast<int>(MakeChunk(p, seq, 0).row)),
+        mat0((int64_t{seq.first_chunk} * p.heads + h) * kBT) {}
+  __device__ int RowAt(int ci) const { return row0 + ci * kBT; }
+  __device__ int64_t MatRowAt(int ci) const { return mat0 + int64_t{ci} * heads * kBT; }
   __device__ int Rows(int ci) const { return min(kBT, len - ci * kBT); }
   // Offsets of chunk ci in a [R,H,dim] token tensor and in the states.
   __device__ int64_t TokAt(int ci, int dim) const {
@@ -289,25 +298,28 @@ struct SeqSources {
 };
 
 // One chunk's tiles in shared memory: the forward reads the keys, W and G (and, where it writes
-// o, the queries and M); the backward the keys, the queries, W, dO and G. The forward's are carved
-// in that order from one byte offset; the backward's from three (the keys; the queries and W; dO
-// and G), double-buffered apart (see StateBackwardKernel). Every part a multiple of 16 bytes.
+// o, the queries and M); the backward the keys, the queries, W, dO and G (and M where it forms
+// M^T dO). The forward's are carved in that order from one byte offset; the backward's from three
+// (the keys; the queries and W; M, dO and G), double-buffered apart (see StateBackwardKernel).
+// The keys, the queries, W and M are swizzled tiles (chunk_delta_swizzled.cuh, TileGroup), each
+// part that holds them 1024-byte aligned (AlignSwizzled).
 struct ChunkTiles {
-  bf16* k;    // nk tiles
-  bf16* w;    // nk tiles
-  bf16* q;    // nk tiles (backward; forward with o)
-  bf16* M;    // 64 x 64, kLdBf16 (forward with o; backward forming M^T dO)
+  bf16* k;    // nk swizzled tiles
+  bf16* w;    // nk swizzled tiles
+  bf16* q;    // nk swizzled tiles (backward; forward with o)
+  bf16* M;    // a swizzled tile (forward with o; backward forming M^T dO)
   bf16* d_o;  // 64 x kBV (backward)
   float* G;   // 64
 
   static constexpr int kGBytes = kBT * sizeof(float);
-  __host__ __device__ static constexpr int KeyBytes(int nk) { return nk * kBf16Tile * 2; }
+  __host__ __device__ static constexpr int KeyBytes(int nk) { return nk * kSwizzledTileBytes; }
   __host__ __device__ static constexpr int ForwardBytes(int nk, bool output = false) {
-    return (output ? 3 : 2) * KeyBytes(nk) + (output ? kBf16Tile * 2 : 0) + kGBytes;
+    return AlignSwizzled((output ? 3 : 2) * KeyBytes(nk) + (output ? kSwizzledTileBytes : 0) +
+                         kGBytes);
   }
   __host__ __device__ static constexpr int QueryBytes(int nk) { return 2 * KeyBytes(nk); }
   __host__ __device__ static constexpr int RestBytes(int bv, bool mtdo = false) {
-    return kBT * bv * 2 + kGBytes + (mtdo ? kBf16Tile * 2 : 0);
+    return AlignSwizzled((mtdo ? kSwizzledTileBytes : 0) + kBT * bv * 2 + kGBytes);
   }
   __device__ static ChunkTiles Forward(char* at, int nk, bool output) {
     ChunkTiles t{};
@@ -317,14 +329,17 @@ struct ChunkTiles {
       t.q = reinterpret_cast<bf16*>(at + 2 * KeyBytes(nk));
       t.M = reinterpret_cast<bf16*>(at + 3 * KeyBytes(nk));
     }
-    t.G = reinterpret_cast<float*>(at + ForwardBytes(nk, output) - kGBytes);
+    t.G = reinterpret_cast<float*>(
+        at + (output ? 3 * KeyBytes(nk) + kSwizzledTileBytes : 2 * KeyBytes(nk)));
     return t;
   }
   // The split forward with o (K > 128, see StateForwardKernel): a double-buffered set holds W and
   // G only; the keys, the queries and M have one buffer each (`singles`).
-  __host__ __device__ static constexpr int SplitSetBytes(int nk) { return KeyBytes(nk) + kGBytes; }
+  __host__ __device__ static constexpr int SplitSetBytes(int nk) {
+    return AlignSwizzled(KeyBytes(nk) + kGBytes);
+  }
   __host__ __device__ static constexpr int SplitSingleBytes(int nk) {
-    return 2 * KeyBytes(nk) + kBf16Tile * 2;
+    return 2 * KeyBytes(nk) + kSwizzledTileBytes;
   }
   __device__ static ChunkTiles SplitForward(char* set_at, char* singles, int nk) {
     ChunkTiles t{};
@@ -341,9 +356,9 @@ struct ChunkTiles {
     t.k = reinterpret_cast<bf16*>(keys);
     t.q = reinterpret_cast<bf16*>(queries);
     t.w = reinterpret_cast<bf16*>(queries + KeyBytes(nk));
-    t.d_o = reinterpret_cast<bf16*>(rest);
+    if (mtdo) t.M = reinterpret_cast<bf16*>(rest);
+    t.d_o = reinterpret_cast<bf16*>(rest + (mtdo ? kSwizzledTileBytes : 0));
     t.G = reinterpret_cast<float*>(t.d_o + kBT * bv);
-    if (mtdo) t.M = reinterpret_cast<bf16*>(rest + kBT * bv * 2 + kGBytes);
     return t;
   }
 };
@@ -378,18 +393,23 @@ __device__ __forceinline__ float KeyDecay(const ChunkTiles& t, float G_last, int
 // this pass 678 (forward 1.12 -> 1.01 ms).
 template <int kNk, int kBV, bool kOutput = false>
 __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) ? 2 : 1)
-    StateForwardKernel(StepBase b) {
+    StateForwardKernel(const __grid_constant__ StepBase b) {
   constexpr bool kSplit = kOutput && kNk > 2;
   constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
   extern __shared__ float4 smem4[];
   const ChunkDeltaParams& p = b.p;
   constexpr int K = kNk * kBT;
   const int V = p.v_dim;
-  bf16* s_copy = reinterpret_cast<bf16*>(smem4);  // S (bf16), K x kLdSb
-  bf16* ut_tile = s_copy + K * kLdSb;             // decayed new values (bf16), 64 x kLdSb
-  bf16* ut_raw = ut_tile + kBT * kLdSb;           // kOutput: the new values (bf16), 64 x kLdSb
-  char* sets_at = reinterpret_cast<char*>(ut_raw + (kOutput ? kBT * kLdSb : 0));
+  // The tile sets first, at the swizzle's alignment; then the state copy and the work tiles.
+  char* sets_at;
+  AlignedSharedBase(smem4, &sets_at);
   char* singles_at = sets_at + 2 * ChunkTiles::SplitSetBytes(kNk);  // kSplit
+  bf16* s_copy = reinterpret_cast<bf16*>(
+      kSplit ? singles_at + ChunkTiles::SplitSingleBytes(kNk)
+             : sets_at + 2 * ChunkTiles::ForwardBytes(kNk, kOutput));  // S (bf16), K x kLdSb
+  bf16* ut_tile = s_copy + K * kLdSb;    // decayed new values (bf16), 64 x kLdSb
+  bf16* ut_raw = ut_tile + kBT * kLdSb;  // kOutput: the new values (bf16), 64 x kLdSb
+  uint64_t* bars = reinterpret_cast<uint64_t*>(ut_raw + (kOutput ? kBT * kLdSb : 0));
   // Tile set i % 2 (computed, not an array indexed at run time: that would live in local memory).
   const auto set = [&](int i) {
     if constexpr (kSplit) {
@@ -403,27 +423,57 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
-  const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys and of W
+  const int64_t ld_k = int64_t{p.heads} * K;  // between the rows of the keys, the queries and W
   const int64_t ld_v = int64_t{p.heads} * V;
   const int ra = LaneRow(), rb = ra + 8;
+  // The copy groups' barriers: unsplit, one per tile set (all of a chunk's tiles one group);
+  // kSplit, W's per set (0, 1), the keys' and M's (2), the queries' (3).
+  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  if (threadIdx.x < 4) bar(threadIdx.x).Init();
+  __syncthreads();
+  const auto w_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
+    group.Token(t.w, &b.maps.w, kNk, h, src.RowAt(ci), b.s.W + src.TokAt(ci, K), ld_k,
+                src.Rows(ci));
+  };
+  const auto query_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
+    group.Token(t.q, &b.maps.qn, kNk, h, src.RowAt(ci), b.s.qn + src.TokAt(ci, K), ld_k,
+                src.Rows(ci));
+  };
+  const auto late_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {  // keys, M
+    group.Token(t.k, &b.maps.kn, kNk, h, src.RowAt(ci), b.s.kn + src.TokAt(ci, K), ld_k,
+                src.Rows(ci));
+    if constexpr (kOutput) {
+      group.Matrix(t.M, &b.maps.M, src.MatRowAt(ci), b.s.M + Mat(p, seq.first_chunk + ci, h));
+    }
+  };
+  // G by cp.async, in the threads' commit groups (its rows are heads apart).
+  const auto issue_g = [&](int ci, const ChunkTiles& t) {
+    IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, src.Rows(ci));
+  };
   // kSplit issues the parts at their own times: issue_w (W, G), issue_queries, issue_late (the
   // keys, M); otherwise issue takes all of a chunk's tiles at once.
   const auto issue_w = [&](int ci, const ChunkTiles& t) {
-    const int rows = src.Rows(ci);
-    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), rows, kNk);
-    IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
+    w_tiles(TileGroup<kNk>(bar(ci & 1)), ci, t);
+    issue_g(ci, t);
   };
   const auto issue_queries = [&](int ci, const ChunkTiles& t) {
-    rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), kNk);
+    query_tiles(TileGroup<kNk>(bar(3)), ci, t);
   };
   const auto issue_late = [&](int ci, const ChunkTiles& t) {
-    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), kNk);
-    if (kOutput) TokTilePieces(kBT).Issue(t.M, b.s.M + Mat(p, seq.first_chunk + ci, h), kBT, 1);
+    late_tiles(TileGroup<kNk + (kOutput ? 1 : 0)>(bar(2)), ci, t);
   };
   const auto issue = [&](int ci, const ChunkTiles& t) {
-    issue_w(ci, t);
-    issue_late(ci, t);
-    if (kOutput) issue_queries(ci, t);
+    if constexpr (kSplit) {
+      issue_w(ci, t);
+      issue_late(ci, t);
+      issue_queries(ci, t);
+    } else {
+      const TileGroup<(kOutput ? 3 : 2) * kNk + (kOutput ? 1 : 0)> group(bar(ci & 1));
+      w_tiles(group, ci, t);
+      late_tiles(group, ci, t);
+      if constexpr (kOutput) query_tiles(group, ci, t);
+      issue_g(ci, t);
+    }
   };
   // kOutput: chunk 0's o at the block's first column; each chunk moves it by o_step.
   bf16* o_chunk = kOutput ? p.o + In(p.v_strides, seq.batch, seq.bos, h) + v0 : nullptr;
@@ -451,6 +501,12 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
     RowPairs<bf16> u[kT];
 #pragma unroll
     for (int c = 0; c < kT; ++c) u[c] = u_next[c];
+    bar(ci & 1).Wait(ci >> 1);
+    if (kSplit) bar(3).Wait(ci);  // the queries
+    if (rows < kBT) {  // the chunk's garbage rows: W S's and the update's (kSplit: keys below)
+      ZeroRowsPast(t.w, kNk, rows);
+      if (!kSplit) ZeroRowsPast(t.k, kNk, rows);
+    }
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles and s_copy are in; the other set is free
     StoreStateCopy<kNk, kBV>(b.s.S + src.StateAt(ci, K * V) + v0, s_copy, V);
@@ -490,7 +546,11 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       if (b.gated) ScaleRows(ut[c], decay_a, decay_b);
       ut[c].StoreBf16(ut_tile + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
     }
-    if (kSplit) __pipeline_wait_prior(1);  // the keys and M (the next chunk's W may still fly)
+    if (kSplit) {  // the keys and M (the next chunk's W may still fly)
+      bar(2).Wait(ci);
+      if (rows < kBT) ZeroRowsPast(t.k, kNk, rows);
+      __pipeline_wait_prior(1);
+    }
     __syncthreads();
     if (kSplit) {
       if (ci + 1 < seq.num_chunks) issue_queries(ci + 1, t);  // every Q S is done
@@ -505,8 +565,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
 #pragma unroll
       for (int c = 0; c < kT; ++c) {
         if (b.gated) ScaleRows(o[c], gamma_a, gamma_b);
-        tile::MmaBf16Warp16<true, true>(o[c], kBT, t.M + WarpRow() * kLdBf16, kLdBf16,
-                                        ut_raw + WarpCol() + 32 * c, kLdSb);
+        MmaSwizzledWarp16<false, true>(o[c], t.M, WarpRow(), ut_raw + WarpCol() + 32 * c, kLdSb);
         o[c].Scale(p.scale);
         StoreRows(o_chunk + int64_t{ci} * o_step + 32 * c, p.v_strides.token, o[c], rows);
       }
@@ -520,7 +579,8 @@ inline size_t StateForwardSmem(int k_dim, int bv, bool output = false) {
   const size_t tiles = output && nk > 2
                            ? 2 * ChunkTiles::SplitSetBytes(nk) + ChunkTiles::SplitSingleBytes(nk)
                            : 2 * ChunkTiles::ForwardBytes(nk, output);
-  return (k_dim + (output ? 2 : 1) * kBT) * (bv + 8) * sizeof(bf16) + tiles;
+  return kSwizzleAlign + tiles + (k_dim + (output ? 2 : 1) * kBT) * (bv + 8) * sizeof(bf16) +
+         kCopyBarrierBytes;
 }
 
 // ----------------------------------------------------------------------------------------------
@@ -549,7 +609,7 @@ inline size_t StateForwardSmem(int k_dim, int bv, bool output = false) {
 // fit beside the rest (a K = 256 scratch MtdO costs 64 KB a chunk and head each way).
 template <int kNk, bool kSplit, int kBV, bool kMtdO = false>
 __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) || kNk == 1) ? 2 : 1)
-    StateBackwardKernel(StepBase b) {
+    StateBackwardKernel(const __grid_constant__ StepBase b) {
   static_assert(!kMtdO || (kSplit ? kNk >= 3 : kNk <= 2),
                 "M^T dO in the unsplit pass for K <= 128, in the split one above");
   constexpr int kT = ColumnTiles<kBV>(), kLdSb = LdSb<kBV>();
@@ -557,14 +617,17 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
   const ChunkDeltaParams& p = b.p;
   constexpr int K = kNk * kBT;
   const int V = p.v_dim;
-  bf16* ds_copy = reinterpret_cast<bf16*>(smem4);  // dS (bf16), K x kLdSb
-  bf16* d_og = ds_copy + K * kLdSb;                // scale diag(gamma) dO (bf16), 64 x kLdSb
-  bf16* dut = d_og + kBT * kLdSb;                  // -dUt (bf16), 64 x kLdSb
-  char* keys_at = reinterpret_cast<char*>(dut + kBT * kLdSb);
+  // The tile sets first, at the swizzle's alignment; then the gradient's copy and the work tiles.
   constexpr int key_bytes = ChunkTiles::KeyBytes(kNk), query_bytes = ChunkTiles::QueryBytes(kNk);
   constexpr int rest_bytes = ChunkTiles::RestBytes(kBV, kMtdO);
+  char* keys_at;
+  AlignedSharedBase(smem4, &keys_at);
   char* queries_at = keys_at + 2 * key_bytes;
   char* rest_at = queries_at + (kSplit ? 1 : 2) * query_bytes;
+  bf16* ds_copy = reinterpret_cast<bf16*>(rest_at + (kSplit ? 1 : 2) * rest_bytes);  // K x kLdSb
+  bf16* d_og = ds_copy + K * kLdSb;  // scale diag(gamma) dO (bf16), 64 x kLdSb
+  bf16* dut = d_og + kBT * kLdSb;    // -dUt (bf16), 64 x kLdSb
+  uint64_t* bars = reinterpret_cast<uint64_t*>(dut + kBT * kLdSb);
   const auto set = [&](int i) {  // as in the forward
     const int buffer = kSplit ? 0 : i & 1;
     return ChunkTiles::Backward(keys_at + (i & 1) * key_bytes, queries_at + buffer * query_bytes,
@@ -573,22 +636,48 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
-  const TokTilePieces rows_k(int64_t{p.heads} * K);  // of the keys, the queries and W
+  const int64_t ld_k = int64_t{p.heads} * K;  // between the rows of the keys, the queries and W
   const bf16* d_o0 = p.d_o + In(p.v_strides, seq.batch, seq.bos, h) + v0;  // chunk 0's row 0
   const int64_t ld_v = int64_t{p.heads} * V;
   const int ra = LaneRow(), rb = ra + 8;
-  const auto issue_keys = [&](int ci, const ChunkTiles& t) {
-    rows_k.Issue(t.k, b.s.kn + src.TokAt(ci, K), src.Rows(ci), kNk);
+  // The copy groups' barriers: unsplit, one per tile set (all of a chunk's tiles one group);
+  // kSplit, the keys' per set (0, 1), the queries' and W's (2), M's with dO and G (3).
+  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  if (threadIdx.x < 4) bar(threadIdx.x).Init();
+  __syncthreads();
+  const auto key_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
+    group.Token(t.k, &b.maps.kn, kNk, h, src.RowAt(ci), b.s.kn + src.TokAt(ci, K), ld_k,
+                src.Rows(ci));
   };
-  const auto issue_queries = [&](int ci, const ChunkTiles& t) {  // and W
-    rows_k.Issue(t.q, b.s.qn + src.TokAt(ci, K), src.Rows(ci), kNk);
-    rows_k.Issue(t.w, b.s.W + src.TokAt(ci, K), src.Rows(ci), kNk);
+  const auto query_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {  // and W
+    group.Token(t.q, &b.maps.qn, kNk, h, src.RowAt(ci), b.s.qn + src.TokAt(ci, K), ld_k,
+                src.Rows(ci));
+    group.Token(t.w, &b.maps.w, kNk, h, src.RowAt(ci), b.s.W + src.TokAt(ci, K), ld_k,
+                src.Rows(ci));
   };
-  const auto issue_rest = [&](int ci, const ChunkTiles& t) {
+  // M's tile, and dO and G by cp.async (dO's block columns, G's rows heads apart).
+  const auto rest = [&](const auto& group, int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
+    if constexpr (kMtdO) {
+      group.Matrix(t.M, &b.maps.M, src.MatRowAt(ci), b.s.M + Mat(p, seq.first_chunk + ci, h));
+    }
     IssueInV<kBV>(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
-    if (kMtdO) TokTilePieces(kBT).Issue(t.M, b.s.M + Mat(p, seq.first_chunk + ci, h), kBT, 1);
+  };
+  // Set i's parts for chunk ci: kSplit issues them at their own times, otherwise issue_all.
+  const auto issue_keys = [&](int ci, int i) { key_tiles(TileGroup<kNk>(bar(i & 1)), ci, set(i)); };
+  const auto issue_queries = [&](int ci, int i) {
+    query_tiles(TileGroup<2 * kNk>(bar(2)), ci, set(i));
+  };
+  const auto issue_rest = [&](int ci, int i) {
+    rest(TileGroup < kMtdO ? 1 : 0 > (bar(3)), ci, set(i));
+  };
+  const auto issue_all = [&](int ci, int i) {
+    const TileGroup<3 * kNk + (kMtdO ? 1 : 0)> group(bar(i & 1));
+    const ChunkTiles t = set(i);
+    key_tiles(group, ci, t);
+    query_tiles(group, ci, t);
+    rest(group, ci, t);
   };
   // MtdO of a chunk goes straight to the lane's registers, one chunk ahead (but with kMtdO).
   const auto load_local = [&](int ci, RowPairs<float>(&m)[kT]) {
@@ -602,9 +691,12 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
   RowPairs<float> local_next[kT];
   const int last = seq.num_chunks - 1;
   if (last >= 0) {
-    issue_keys(last, set(0));
-    issue_rest(last, set(0));
-    if (!kSplit) issue_queries(last, set(0));
+    if (kSplit) {
+      issue_keys(last, 0);
+      issue_rest(last, 0);
+    } else {
+      issue_all(last, 0);
+    }
     load_local(last, local_next);
   }
   __pipeline_commit();
@@ -620,21 +712,26 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
 #pragma unroll
       for (int c = 0; c < kT; ++c) local[c] = local_next[c];
     }
+    bar(it & 1).Wait(it >> 1);
+    if (kSplit) bar(3).Wait(it);  // M
+    if (rows < kBT) {  // the chunk's garbage rows: K dS's and the update's (kSplit: q, W below)
+      ZeroRowsPast(t.k, kNk, rows);
+      if (!kSplit) ZeroRowsPast(t.q, 2 * kNk, rows);  // the queries and W
+    }
     __pipeline_wait_prior(0);
     __syncthreads();  // this chunk's tiles (but split-mode q and W) are in; the other set is free
     StoreStateCopy<kNk, kBV>(b.s.dS + src.StateAt(ci, K * V) + v0, ds_copy, V);
     if (ci > 0) {
-      const ChunkTiles next = set(it + 1);
-      issue_keys(ci - 1, next);
-      if (!kSplit) {
-        issue_queries(ci - 1, next);
-        issue_rest(ci - 1, next);
+      if (kSplit) {
+        issue_keys(ci - 1, it + 1);
+      } else {
+        issue_all(ci - 1, it + 1);
       }
       load_local(ci - 1, local_next);
     }
     __pipeline_commit();
     if (kSplit) {
-      issue_queries(ci, t);
+      issue_queries(ci, it);
       __pipeline_commit();
     }
     WarpAcc16 du[kT];  // K dS, then dUt
@@ -646,8 +743,8 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
 #pragma unroll
       for (int c = 0; c < kT; ++c) {
         mtdo[c].Zero();
-        tile::MmaBf16Warp16<false, true>(mtdo[c], kBT, t.M + WarpRow(), kLdBf16,
-                                         t.d_o + StateTiles<kNk, kBV>::Col(c), kBV);
+        MmaSwizzledWarp16<true, true>(mtdo[c], t.M, WarpRow(), t.d_o + StateTiles<kNk, kBV>::Col(c),
+                                      kBV);
       }
     }
     // scale diag(gamma) dO in bf16, eight columns (16 bytes) a thread at a time (element by
@@ -680,10 +777,14 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
       du[c].Scale(-1.0f);
       du[c].StoreBf16(dut + WarpRow() * kLdSb + WarpCol() + 32 * c, kLdSb);
     }
-    if (kSplit) __pipeline_wait_prior(0);  // the queries and W
+    if (kSplit) {  // the queries and W
+      bar(2).Wait(it);
+      if (rows < kBT) ZeroRowsPast(t.q, 2 * kNk, rows);
+      __pipeline_wait_prior(0);
+    }
     __syncthreads();
     if (kSplit) {
-      if (ci > 0) issue_rest(ci - 1, t);
+      if (ci > 0) issue_rest(ci - 1, it + 1);
       __pipeline_commit();
     }
     if (b.gated) dS.Scale(expf(G_last));
@@ -695,8 +796,9 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
 
 inline size_t StateBackwardSmem(int k_dim, bool split, int bv, bool mtdo = false) {
   const int nk = k_dim / kBT;
-  return (k_dim + 2 * kBT) * (bv + 8) * sizeof(bf16) + 2 * ChunkTiles::KeyBytes(nk) +
-         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes(bv, mtdo));
+  return kSwizzleAlign + 2 * ChunkTiles::KeyBytes(nk) +
+         (split ? 1 : 2) * (ChunkTiles::QueryBytes(nk) + ChunkTiles::RestBytes(bv, mtdo)) +
+         (k_dim + 2 * kBT) * (bv + 8) * sizeof(bf16) + kCopyBarrierBytes;
 }
 
 // The passes' instantiations for K = 64 nk (nk = 1..4) and kBV = bv (32 or 64).

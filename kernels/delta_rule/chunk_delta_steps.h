@@ -17,6 +17,7 @@
 // triangular inverse. Each kernel's comment gives its formulas.
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a type only)
 #include <cuda_bf16.h>
 
 #include <cmath>
@@ -232,12 +233,22 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
 // ---------------------------------------------------------------------------------------------
 // Steps. Each: `Units()` and `operator()(unit)`.
 
+// The mma.sync state passes' tensor maps (kernels/common/tensor_map.h) for their copies by the
+// copy engine on sm_90 (chunk_delta.cuh, BuildPassTileMaps): W, the keys and the queries as
+// [R, H, K] in boxes of 64 tokens by 64 of K, M as [chunks x H x 64, 64], a matrix a box. The
+// kernels take StepBase as a __grid_constant__ parameter, so that the maps stay in parameter
+// space, where the copy instructions read them.
+struct PassTileMaps {
+  CUtensorMap w, kn, qn, M;
+};
+
 struct StepBase {
   ChunkDeltaParams p;
   Scratch s;
   bool gated;
   bool column_passes = false;  // the state passes in column form (chunk_delta.cuh, UseColumnPasses)
   bool warpgroup_products = false;  // the sm_90a kernels run (UseWarpgroupProducts)
+  PassTileMaps maps{};              // filled for the mma.sync state passes only
 };
 
 // The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with

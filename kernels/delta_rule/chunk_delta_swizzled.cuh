@@ -2,10 +2,13 @@
 // tiles in the 128-byte swizzle layout, which the tensor cores read as B in either orientation
 // (wgmma::DescriptorSwizzle128) and warps read as A by ldmatrix, their cp.async copies, and the
 // warpgroup's accumulator layout, for RowTermsWgmmaKernel (chunk_delta_row_terms_wgmma.cuh) and
-// the next such kernel. A kernel places these tiles at 1024-byte aligned shared addresses (the
-// swizzle's period, which the hardware takes from the address bits; AlignedSharedBase).
+// the next such kernel; and the mma.sync state passes' tiles in the same layout, copied by the
+// copy engine on sm_90 (TileGroup). A kernel places these tiles at 1024-byte aligned shared
+// addresses (the swizzle's period, which the hardware takes from the address bits;
+// AlignedSharedBase).
 #pragma once
 
+#include <cuda.h>  // CUtensorMap (a type only)
 #include <cuda_bf16.h>
 #include <cuda_pipeline.h>
 #include <cuda_runtime.h>
@@ -40,6 +43,106 @@ __device__ __forceinline__ void IssueSwizzledTile(uint32_t tile, const bf16* chu
     ptx::CopyAsync16(dst + i * 32 * 128, valid ? chunk + (r + 32 * i) * row_stride + 8 * c : chunk,
                      valid ? 16 : 0);
   }
+}
+
+// ----------------------------------------------------------------------------------------------
+// The mma.sync state passes' chunk tiles (the keys, the queries, W, M; chunk_delta_state_pass.cuh):
+// swizzled tiles, 8 KB each, read by SwizzledAOperand. On sm_90 the copy engine moves them (TMA:
+// one instruction a tile by one thread, counted on the group's mbarrier), where cp.async took an
+// instruction per 16 bytes on every thread, plus their addresses, on the chain of warps that issue
+// in order. Measured on the H200 (per pass call, (2, 16384, 16, 128) and (8, 4096, 8, 256)): with
+// those copies left out the passes took 26-29% less time; by the copy engine 17-19% less (578 ->
+// 482, 595 -> 480, 675 -> 567, 731 -> 633 us); by the copy engine row by row instead (128-byte
+// bulk copies, 448 a chunk at K = 128) 70% more -- its cost is per copy, not per byte. Before
+// sm_90, cp.async pieces to the same layout, in the threads' commit groups.
+
+constexpr int kSwizzledTile = kBT * kBT;  // elements of a swizzled tile
+constexpr int kSwizzleAlign = 1024;       // the 128-byte swizzle's period
+__host__ __device__ constexpr int AlignSwizzled(int bytes) {
+  return (bytes + kSwizzleAlign - 1) / kSwizzleAlign * kSwizzleAlign;
+}
+
+// The mbarrier of a group of tile copies in shared memory, one phase per issue of the group.
+// Unused before sm_90.
+struct CopyBarrier {
+  uint32_t addr;
+
+  __device__ explicit CopyBarrier(uint64_t* at) : addr(ptx::SharedAddr(at)) {}
+  // By one thread, before the block barrier that precedes the group's first issue.
+  __device__ void Init() const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    ptx::MbarrierInit(addr, 1);
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+#endif
+  }
+  // Until the group's issue number n (from 0) has landed: phase parity n % 2.
+  __device__ void Wait(int n) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    ptx::MbarrierWait(addr, n & 1);
+#endif
+  }
+};
+// Shared memory a state pass reserves for its copy groups' barriers (four at most).
+constexpr int kCopyBarrierBytes = 4 * sizeof(uint64_t);
+
+// One issue of a group of kTiles tiles: on sm_90 thread 0 announces their bytes on the group's
+// barrier and copies them; before sm_90 every thread copies its pieces.
+template <int kTiles>
+struct TileGroup {
+  CopyBarrier bar;
+
+  __device__ explicit TileGroup(CopyBarrier b) : bar(b) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) ptx::MbarrierArriveExpectTx(bar.addr, kTiles * kSwizzledTileBytes);
+#endif
+  }
+  // Tiles [0, nk) of a chunk's rows of a [R, H, 64 nk] token tensor: its map (coordinates
+  // (64 j, h, row): row the chunk's first flat token row), or src (the chunk's row 0 at head h,
+  // rows row_stride apart; rows past `rows` zero-filled; sm_80).
+  __device__ void Token(bf16* dst, const CUtensorMap* map, int nk, int h, int row, const bf16* src,
+                        int64_t row_stride, int rows) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+      for (int j = 0; j < nk; ++j) {
+        ptx::TmaLoad3D(ptx::SharedAddr(dst + j * kSwizzledTile), map, j * kBT, h, row, bar.addr);
+      }
+    }
+#else
+    for (int j = 0; j < nk; ++j) {
+      IssueSwizzledTile(ptx::SharedAddr(dst + j * kSwizzledTile), src + j * kBT, row_stride, rows);
+    }
+#endif
+  }
+  // A chunk matrix (64 x 64, dense): its map (coordinates (0, mat_row): mat_row its first row in
+  // [chunks x H x 64, 64]), or src.
+  __device__ void Matrix(bf16* dst, const CUtensorMap* map, int64_t mat_row,
+                         const bf16* src) const {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    if (threadIdx.x == 0) {
+      ptx::TmaLoad2D(ptx::SharedAddr(dst), map, 0, static_cast<int>(mat_row), bar.addr);
+    }
+#else
+    IssueSwizzledTile(ptx::SharedAddr(dst), src, kBT, kBT);
+#endif
+  }
+};
+
+// On sm_90, zeroes rows [rows, 64) of nk swizzled tiles after their copy landed (the copy engine
+// reads a box's rows past a sequence's end from the next sequence, where cp.async zero-filled
+// them; the passes' products need them zero), and orders the zeros before the tiles' later
+// copies. Whole rows: the swizzle keeps a row's pieces within its 128 bytes. Before sm_90 the
+// copies zero-filled them.
+__device__ inline void ZeroRowsPast(bf16* tiles, int nk, int rows) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  const int pieces = (kBT - rows) * 8;
+  for (int idx = threadIdx.x; idx < nk * pieces; idx += kThreads) {
+    const int j = idx / pieces, at = rows * kBT + idx % pieces * 8;
+    *reinterpret_cast<uint4*>(tiles + j * kSwizzledTile + at) = make_uint4(0, 0, 0, 0);
+  }
+  ptx::FenceProxyAsync();
+#else
+  (void)tiles, (void)nk, (void)rows;
+#endif
 }
 
 // A warpgroup's 64 x 64 fp32 accumulator (wgmma m64n64): warp w of the group holds rows
@@ -97,25 +200,29 @@ struct GroupAcc64 {
   }
 };
 
-// A warp's bf16 A fragments (rows 16 w .. 16 w + 15 of its warpgroup's 64, one 16-deep k step at
-// a time) of a swizzled tile, by ldmatrix; kTrans: A is the tile's transpose (A(i, l) =
-// tile(l, i)). Matrix m of a fragment is rows + 8 (m % 2), k + 8 (m / 2); lane l gives the address
-// of its row l % 8.
+// A warp's bf16 A fragments (16 rows, one 16-deep k step at a time) of a swizzled tile, by
+// ldmatrix: rows offset .. offset + 15 of the tile, or with kTrans its transpose's (A(i, l) =
+// tile(l, offset + i)); offset a multiple of 8. By default a warpgroup's warp w takes offset 16 w.
+// Matrix m of a fragment is rows + 8 (m % 2), k + 8 (m / 2); lane l gives the address of its row
+// l % 8. A step moves a plain A's pieces (the XOR: the lane's own piece is bit 0, the step's even)
+// and a transposed A's rows, 16 at a time, which keeps each row's swizzle.
 template <bool kTrans>
 struct SwizzledAOperand {
   uint32_t row;    // the lane's row address (kTrans: at step 0)
   uint32_t piece;  // kTrans: its piece's offset; else the piece index before the step's XOR
 
-  __device__ explicit SwizzledAOperand(uint32_t tile) {
-    const int lane = threadIdx.x % 32, m = lane / 8, w = threadIdx.x / 32 % 4;
-    if (kTrans) {  // tile rows l = 16 s + 8 (m / 2) + lane % 8, piece 2 w + m % 2
+  __device__ SwizzledAOperand(uint32_t tile, int offset) {
+    const int lane = threadIdx.x % 32, m = lane / 8;
+    if (kTrans) {  // tile rows l = 16 s + 8 (m / 2) + lane % 8, piece offset / 8 + m % 2
       row = tile + (8 * (m / 2) + lane % 8) * 128;
-      piece = ((2 * w + m % 2) ^ lane % 8) << 4;
-    } else {  // tile rows 16 w + 8 (m % 2) + lane % 8, piece 2 s + m / 2
-      row = tile + (16 * w + 8 * (m % 2) + lane % 8) * 128;
+      piece = ((offset / 8 + m % 2) ^ lane % 8) << 4;
+    } else {  // tile rows offset + 8 (m % 2) + lane % 8, piece 2 s + m / 2
+      row = tile + (offset + 8 * (m % 2) + lane % 8) * 128;
       piece = m / 2 ^ lane % 8;
     }
   }
+  __device__ explicit SwizzledAOperand(uint32_t tile)
+      : SwizzledAOperand(tile, 16 * (static_cast<int>(threadIdx.x) / 32 % 4)) {}
   // Step s's fragment, the tile `offset` bytes after the one given.
   __device__ __forceinline__ void Load(uint32_t (&a)[4], uint32_t offset, int s) const {
     if (kTrans) {
@@ -125,6 +232,23 @@ struct SwizzledAOperand {
     }
   }
 };
+
+// acc += A B by one warp over 64 k: A from a swizzled tile (SwizzledAOperand<kTrans> at a_offset),
+// B from a padded bf16 tile (tile::Bf16BOperand, leading dimension ldb).
+template <bool kTrans, bool kBRowMajor>
+__device__ __forceinline__ void MmaSwizzledWarp16(tile::WarpAcc16& acc, const bf16* a_tile,
+                                                  int a_offset, const bf16* b, int ldb) {
+  const SwizzledAOperand<kTrans> ao(ptx::SharedAddr(a_tile), a_offset);
+  const tile::Bf16BOperand<kBRowMajor> bo(b, ldb);
+#pragma unroll
+  for (int s = 0; s < kBT / 16; ++s) {
+    uint32_t fa[4], fb[4];
+    ao.Load(fa, 0, s);
+    bo.Load(fb, 16 * s);
+    ptx::MmaM16N8K16Bf16(acc.x, fa, fb[0], fb[1]);
+    ptx::MmaM16N8K16Bf16(acc.x + 4, fa, fb[2], fb[3]);
+  }
+}
 
 // Elements (r, c) and (r, c + 1) of a swizzled bf16 tile (c even), in one 4-byte load.
 __device__ __forceinline__ float2 SwizzledPairAt(uint32_t tile, int r, int c) {
