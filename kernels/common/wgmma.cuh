@@ -6,11 +6,11 @@
 // warp's accumulators of one product are its A fragments of the next (rounded to bf16), and B
 // is read once per warpgroup instead of once per warp (mma.sync: ldmatrix per warp).
 //
-// B is bf16 in the no-swizzle layout: core matrices of 8 rows x 16 bytes, 128 contiguous bytes
-// each. K-major B (stored N x K: each 16-byte row is 8 consecutive k of one column n) or N-major
-// (kTransB: each row is 8 consecutive n of one k); either way the descriptor gives the byte
-// distance between core matrices adjacent along K (the leading-dimension offset) and along N (the
-// stride offset).
+// B is bf16 in the 128-byte swizzle layout (DescriptorSwizzle128): K-major B (stored N x K: each
+// 128-byte row holds 64 consecutive k of one column n) or N-major (kTransB: each row holds 64
+// consecutive n of one k). (The no-swizzle core-matrix layout, which the column state passes used
+// before the copy engine filled their tiles, needs 16-byte pieces scattered 128 bytes apart: a
+// copy per piece.)
 //
 // Compiled only for sm_90a (__CUDA_ARCH_FEAT_SM90_ALL); elsewhere the kernels that use these are
 // never launched (FLAME_KERNELS_SM90A on the host, set by kernels/CMakeLists.txt, and a compute
@@ -27,23 +27,15 @@
 
 namespace flame::kernels::wgmma {
 
-// The descriptor of a B operand at shared address addr, core matrices k_stride bytes apart along
-// K and n_stride bytes apart along N (all multiples of 16). A k step's descriptor is the first's
-// plus its start offset in 16-byte units (the low field).
-__device__ __forceinline__ uint64_t Descriptor(uint32_t addr, uint32_t k_stride,
-                                               uint32_t n_stride) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{(k_stride & 0x3FFFF) >> 4} << 16 |
-         uint64_t{(n_stride & 0x3FFFF) >> 4} << 32;
-}
-
 // The descriptor of a B operand at shared address addr (1024-byte aligned) in the 128-byte swizzle
 // layout: rows of 64 bf16 (128 bytes), 16-byte piece c of row r at r * 128 + 16 (c ^ (r % 8)),
 // for both K-major (rows along N: a k step of 16 adds 32 bytes) and N-major B (rows along K: a k
-// step adds 2048 bytes) of N = 64; 1024 bytes between groups of 8 rows (the stride offset; the
-// leading offset is unused at this width).
-__device__ __forceinline__ uint64_t DescriptorSwizzle128(uint32_t addr) {
-  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{1} << 16 | uint64_t{1024 >> 4} << 32 |
-         uint64_t{1} << 62;
+// step adds 2048 bytes); 1024 bytes between groups of 8 rows (the stride offset). An N-major B
+// wider than 64 is 64-column tiles `atom_stride` bytes apart (the leading offset, unused at N =
+// 64 and for K-major B).
+__device__ __forceinline__ uint64_t DescriptorSwizzle128(uint32_t addr, uint32_t atom_stride = 16) {
+  return uint64_t{(addr & 0x3FFFF) >> 4} | uint64_t{(atom_stride & 0x3FFFF) >> 4} << 16 |
+         uint64_t{1024 >> 4} << 32 | uint64_t{1} << 62;
 }
 
 // Orders this thread's earlier writes of A fragments and accumulators before the products that

@@ -85,7 +85,7 @@ inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
 }
 
 // Whether the current device has the copy engine's tiled copies (sm_90 and later), which the
-// mma.sync state passes use there (PassTileMaps).
+// state passes use there (PassTileMaps).
 inline bool HasTileCopies() {
   int device = 0, major = 0;
   return cudaGetDevice(&device) == cudaSuccess &&
@@ -93,8 +93,9 @@ inline bool HasTileCopies() {
          major >= 9;
 }
 
-// Fills b.maps for the mma.sync state passes (scratch carved) where the device has the copy
-// engine; elsewhere they copy by cp.async and the maps stay empty.
+// Fills b.maps for the state passes (scratch carved) where the device has the copy engine;
+// elsewhere the mma.sync passes copy by cp.async and the maps stay empty (the column passes run
+// on sm_90a only).
 inline cudaError_t BuildPassTileMaps(StepBase& b) {
   if (!HasTileCopies()) return cudaSuccess;
   const ChunkDeltaParams& p = b.p;
@@ -127,7 +128,7 @@ inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStrea
                                          static_cast<int>(v.smem));
   if (err != cudaSuccess) return err;
   StepBase b = base;
-  if (!b.column_passes && (err = BuildPassTileMaps(b)) != cudaSuccess) return err;
+  if ((err = BuildPassTileMaps(b)) != cudaSuccess) return err;
   v.kernel<<<PassGrid(b.p, v), v.threads, v.smem, stream>>>(b);
   return cudaGetLastError();
 }

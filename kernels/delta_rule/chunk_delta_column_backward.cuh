@@ -32,13 +32,14 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 template <int kNk, int kGroups>
-__global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBase b) {
+__global__ void __launch_bounds__(128 * kGroups)
+    StateBackwardWgmmaKernel(const __grid_constant__ StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
   using Set = ColumnTileSet<K, kBV, 3, 1>;  // the keys, the queries, W; dO; M
   extern __shared__ float4 smem4[];
-  char* sets = reinterpret_cast<char*>(smem4);
-  const uint32_t sets_at = ptx::SharedAddr(sets);
+  char* sets;
+  const uint32_t sets_at = AlignedSharedBase(smem4, &sets);
   const ChunkDeltaParams& p = b.p;
   const int V = p.v_dim, H = p.heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
@@ -65,19 +66,26 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
   const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
   const int64_t state_step = int64_t{H} * K * V, o_step = kBT * p.v_strides.token;
 
-  const CorePieces<kThreadsB, K> key_pieces(ld_k);
-  const CorePieces<kThreadsB, kBT> mat_pieces(kBT);
+  // The sets' copy barriers (chunk_delta_swizzled.cuh), after the staging tiles.
+  uint64_t* bars = reinterpret_cast<uint64_t*>(
+      sets + 2 * Set::kBytes + kGroups * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes));
+  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  if (threadIdx.x < 2) bar(threadIdx.x).Init();
+  __syncthreads();
   const RowPieces<kThreadsB, kBV / 8> o_pieces(p.v_strides.token, sets + Set::kValues,
                                                Set::kLdValues * 2);
   const auto issue = [&](int it, int ci) {  // chunk ci's tiles into set it % 2
     const uint32_t set = (it & 1) * Set::kBytes;
-    const int rows = src.Rows(ci);
-    key_pieces.Issue(k_src, sets_at + set, rows);
-    key_pieces.Issue(q_src, sets_at + set + Set::Key(1), rows);
-    key_pieces.Issue(w_src, sets_at + set + Set::Key(2), rows);
+    const int rows = src.Rows(ci), row = src.RowAt(ci);
+    const auto key = [&](int i) { return reinterpret_cast<bf16*>(sets + set + Set::Key(i)); };
+    const TileGroup<Set::kTiles> tiles(bar(it & 1));
+    tiles.Token(key(0), &b.maps.kn, kNk, h, row, k_src, ld_k, rows);
+    tiles.Token(key(1), &b.maps.qn, kNk, h, row, q_src, ld_k, rows);
+    tiles.Token(key(2), &b.maps.w, kNk, h, row, w_src, ld_k, rows);
     o_pieces.Issue(o_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
-    mat_pieces.Issue(m_src, sets_at + set + Set::kMat, kBT);  // zero past the chunk's end
+    tiles.Matrix(reinterpret_cast<bf16*>(sets + set + Set::kMat), &b.maps.M, src.MatRowAt(ci),
+                 m_src);
   };
 
   // dO^T as an A operand of the warp's columns (transposed ldmatrix of dO's rows); the lane's G
@@ -86,10 +94,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
       sets_at + Set::kValues +
       2 * ((lane % 8 + lane / 16 * 8) * Set::kLdValues + lane / 8 % 2 * 8 + 16 * warp);
   const uint32_t G_at = sets_at + Set::kG + 8 * t;
-  const uint64_t k_desc = wgmma::Descriptor(sets_at, 128, 16 * K);
-  const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::Key(1), 16 * K, 128);
-  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(2), 16 * K, 128);
-  const uint64_t m_desc = wgmma::Descriptor(sets_at + Set::kMat, 16 * kBT, 128);
+  const uint64_t k_desc = wgmma::DescriptorSwizzle128(sets_at);
+  const uint64_t q_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(1), kSwizzledTileBytes);
+  const uint64_t w_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(2), kSwizzledTileBytes);
+  const uint64_t m_desc = wgmma::DescriptorSwizzle128(sets_at + Set::kMat);
   const float rcp_scale = 1.0f / p.scale;
 
   WarpRows<K> dS;  // dS^T of the warp's 16 columns
@@ -105,6 +113,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     const int ci = last - it, rows = src.Rows(ci);
     const uint32_t set = (it & 1) * Set::kBytes;
     const uint64_t set_desc = set / 16;
+    bar(it & 1).Wait(it >> 1);
+    if (rows < kBT) {  // the garbage rows of K dS and of the update
+      ZeroRowsPast<kThreadsB>(reinterpret_cast<bf16*>(sets + set), 3 * kNk, rows);
+    }
     __pipeline_wait_prior(0);
     wgmma::FenceSharedForProducts();
     __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
@@ -120,7 +132,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     du.Zero();
     float(&du_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(du.x);
     MultiplyStateCopy(dS, ds_stage, [&](int k, const uint32_t(&a)[4]) {
-      wgmma::MmaRegA<kBT, false, false>(du_d, a, k_desc + set_desc + k * (2 * 128 / 16));
+      wgmma::MmaRegA<kBT, false, false>(du_d, a, k_desc + set_desc + KMajorStep(k));
     });
     GroupBarrier(group);
     ds_stage.CopyOut(ds_dst, V, K);
@@ -142,7 +154,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     wgmma::Fence();
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      wgmma::MmaRegA<kBT, false, true>(du_d, o_a[s], m_desc + set_desc + s * (2 * 16 * kBT / 16));
+      wgmma::MmaRegA<kBT, false, true>(du_d, o_a[s], m_desc + set_desc + NMajorStep(s));
     }
     wgmma::Commit();
     // Meanwhile dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
@@ -181,11 +193,11 @@ __global__ void __launch_bounds__(128 * kGroups) StateBackwardWgmmaKernel(StepBa
     wgmma::Fence();
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      wgmma::MmaRegA<K, false, true>(ds_d, og_a[s], q_desc + set_desc + s * (2 * 16 * K / 16));
+      wgmma::MmaRegA<K, false, true>(ds_d, og_a[s], q_desc + set_desc + NMajorStep(s));
     }
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      wgmma::MmaRegA<K, true, true>(ds_d, du_a[s], w_desc + set_desc + s * (2 * 16 * K / 16));
+      wgmma::MmaRegA<K, true, true>(ds_d, du_a[s], w_desc + set_desc + NMajorStep(s));
     }
     wgmma::Commit();
     GroupBarrier(group);

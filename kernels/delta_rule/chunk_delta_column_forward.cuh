@@ -32,14 +32,15 @@ namespace flame::kernels::delta_chunk::tiles {
 // staged and stored as Ut is. (As a kernel of its own, which reads S and Ut back: 312 us per call
 // at (1, 8192, 96, 128).)
 template <int kNk, int kGroups, bool kOutput>
-__global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBase b) {
+__global__ void __launch_bounds__(128 * kGroups)
+    StateForwardWgmmaKernel(const __grid_constant__ StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
   // The keys, W (and the queries); U; (M).
   using Set = ColumnTileSet<K, kBV, kOutput ? 3 : 2, kOutput ? 1 : 0>;
   extern __shared__ float4 smem4[];
-  char* sets = reinterpret_cast<char*>(smem4);
-  const uint32_t sets_at = ptx::SharedAddr(sets);
+  char* sets;
+  const uint32_t sets_at = AlignedSharedBase(smem4, &sets);
   const ChunkDeltaParams& p = b.p;
   const int V = p.v_dim, H = p.heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
@@ -73,19 +74,25 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
   const int64_t tok_step_k = kBT * ld_k, tok_step_v = kBT * ld_v;
   const int64_t state_step = int64_t{H} * K * V;
 
-  const CorePieces<kThreadsB, K> key_pieces(ld_k);
-  const CorePieces<kThreadsB, kBT> mat_pieces(kBT);
+  // The sets' copy barriers (chunk_delta_swizzled.cuh), after the staging tiles.
+  uint64_t* bars = reinterpret_cast<uint64_t*>(sets + 2 * Set::kBytes + kGroups * kStageBytes);
+  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  if (threadIdx.x < 2) bar(threadIdx.x).Init();
+  __syncthreads();
   const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kValues, Set::kLdValues * 2);
   const auto issue = [&](int ci) {  // chunk ci's tiles, from the sources' current chunk
     const uint32_t set = (ci & 1) * Set::kBytes;
-    const int rows = src.Rows(ci);
-    key_pieces.Issue(k_src, sets_at + set, rows);
-    key_pieces.Issue(w_src, sets_at + set + Set::Key(1), rows);
+    const int rows = src.Rows(ci), row = src.RowAt(ci);
+    const auto key = [&](int i) { return reinterpret_cast<bf16*>(sets + set + Set::Key(i)); };
+    const TileGroup<Set::kTiles> tiles(bar(ci & 1));
+    tiles.Token(key(0), &b.maps.kn, kNk, h, row, k_src, ld_k, rows);
+    tiles.Token(key(1), &b.maps.w, kNk, h, row, w_src, ld_k, rows);
     u_pieces.Issue(u_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
     if (kOutput) {
-      key_pieces.Issue(q_src, sets_at + set + Set::Key(2), rows);
-      mat_pieces.Issue(m_src, sets_at + set + Set::kMat, kBT);  // zero past the chunk's end
+      tiles.Token(key(2), &b.maps.qn, kNk, h, row, q_src, ld_k, rows);
+      tiles.Matrix(reinterpret_cast<bf16*>(sets + set + Set::kMat), &b.maps.M, src.MatRowAt(ci),
+                   m_src);
     }
   };
 
@@ -95,11 +102,11 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
       sets_at + Set::kValues +
       2 * ((lane % 8 + lane / 16 * 8) * Set::kLdValues + lane / 8 % 2 * 8 + 16 * warp);
   const uint32_t G_at = sets_at + Set::kG + 8 * (lane % 4);
-  const uint64_t w_desc = wgmma::Descriptor(sets_at + Set::Key(1), 128, 16 * K);
-  const uint64_t k_desc = wgmma::Descriptor(sets_at, 16 * K, 128);
+  const uint64_t w_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(1));
+  const uint64_t k_desc = wgmma::DescriptorSwizzle128(sets_at, kSwizzledTileBytes);
   // (q_desc and m_desc serve kOutput only.)
-  const uint64_t q_desc = wgmma::Descriptor(sets_at + Set::Key(kOutput ? 2 : 0), 128, 16 * K);
-  const uint64_t m_desc = wgmma::Descriptor(sets_at + Set::kMat, 128, 16 * kBT);
+  const uint64_t q_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(kOutput ? 2 : 0));
+  const uint64_t m_desc = wgmma::DescriptorSwizzle128(sets_at + Set::kMat);
 
   WarpRows<K> S;  // S^T of the warp's 16 columns
   if (p.initial_state) {
@@ -114,6 +121,10 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
     const int rows = src.Rows(ci);
     const uint32_t set = (ci & 1) * Set::kBytes;
     const uint64_t set_desc = set / 16;
+    bar(ci & 1).Wait(ci >> 1);
+    if (rows < kBT) {  // the garbage rows of W S and of the update
+      ZeroRowsPast<kThreadsB>(reinterpret_cast<bf16*>(sets + set), 2 * kNk, rows);
+    }
     __pipeline_wait_prior(0);
     wgmma::FenceSharedForProducts();
     __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
@@ -142,7 +153,7 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
     float(&o_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(o.x);
     if (kOutput) o.Zero();
     MultiplyStateCopy(S, s_stage, [&](int k, const uint32_t(&a)[4]) {
-      const uint64_t step = set_desc + k * (2 * 128 / 16);
+      const uint64_t step = set_desc + KMajorStep(k);
       wgmma::MmaRegA<kBT, true, false>(ut_d, a, w_desc + step);
       if (kOutput) wgmma::MmaRegA<kBT, false, false>(o_d, a, q_desc + step);
     });
@@ -181,9 +192,9 @@ __global__ void __launch_bounds__(128 * kGroups) StateForwardWgmmaKernel(StepBas
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
       if (kOutput) {
-        wgmma::MmaRegA<kBT, false, false>(o_d, ut_a[s], m_desc + set_desc + s * (2 * 128 / 16));
+        wgmma::MmaRegA<kBT, false, false>(o_d, ut_a[s], m_desc + set_desc + KMajorStep(s));
       }
-      wgmma::MmaRegA<K, false, true>(s_d, ud_a[s], k_desc + set_desc + s * (2 * 16 * K / 16));
+      wgmma::MmaRegA<K, false, true>(s_d, ud_a[s], k_desc + set_desc + NMajorStep(s));
     }
     wgmma::Commit();
     GroupBarrier(group);

@@ -2,8 +2,8 @@
 // each warp owns 16 value columns of the state (or its gradient) and all of K. The columns evolve
 // independently -- Ut = U - W S and S' = gamma_L S + K^T diag(exp(G_L - G)) Ut act on each column
 // alone, and so do their gradients -- so a warp that holds whole columns never needs another
-// warp's results: the block's warps share only the chunk's tiles (copied by cp.async one chunk
-// ahead into two sets), and a chunk takes one block barrier, the swap of the sets.
+// warp's results: the block's warps share only the chunk's tiles (copied one chunk ahead into two
+// sets, ColumnTileSet), and a chunk takes one block barrier, the swap of the sets.
 //
 // A warp holds its columns transposed, S^T (16 x K), as mma.sync-layout accumulators (WarpRows),
 // and multiplies from its registers: an accumulator's lane layout is the A-fragment layout of the
@@ -30,6 +30,7 @@
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/delta_rule/chunk_delta_copies.cuh"
+#include "kernels/delta_rule/chunk_delta_swizzled.cuh"
 
 namespace flame::kernels::delta_chunk::tiles {
 
@@ -203,44 +204,6 @@ struct RowPieces {
   }
 };
 
-// One thread's share of copying a chunk's 64 rows x K bf16 (the keys, W) into the no-swizzle
-// core-matrix layout of the warpgroup products: 16-byte piece (row r, columns 8 c .. 8 c + 7) at
-// byte (r / 8) 16 K + 128 c + 16 (r % 8). Per 64-column slice, a warp's 32 pieces are 8 rows x 4
-// consecutive c (global reads of 64-byte runs, one 512-byte run of shared memory); a thread's
-// pieces are 4 kWarps rows apart, at offsets fixed per thread, so that a chunk's copy is its base
-// pointer plus constants. Rows past the chunk's end are zero-filled.
-template <int kThreadsB, int K>
-struct CorePieces {
-  static constexpr int kWarpsB = kThreadsB / 32, kRowStep = 4 * kWarpsB,
-                       kCount = kBT / kRowStep;  // pieces per thread per 64-column slice
-  static_assert(kWarpsB % 2 == 0 && kBT % kRowStep == 0, "4 or 8 warps");
-  int r0;
-  int64_t src0, src_step;  // elements from the chunk's row 0
-  uint32_t dst0;           // bytes from the tile
-
-  __device__ explicit CorePieces(int64_t row_stride) {
-    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    r0 = warp / 2 * 8 + lane % 8;
-    const int c = warp % 2 * 4 + lane / 8;
-    src0 = r0 * row_stride + 8 * c;
-    src_step = kRowStep * row_stride;
-    dst0 = r0 / 8 * (16 * K) + 128 * c + r0 % 8 * 16;
-  }
-  // chunk: the source's row 0; tile: the destination's shared address.
-  __device__ __forceinline__ void Issue(const bf16* chunk, uint32_t tile, int rows) const {
-    const bf16* from = chunk + src0;
-#pragma unroll
-    for (int j = 0; j < K / kBT; ++j) {
-#pragma unroll
-      for (int i = 0; i < kCount; ++i) {
-        const bool valid = rows == kBT || r0 + i * kRowStep < rows;
-        ptx::CopyAsync16(tile + dst0 + j * 1024 + i * (kRowStep / 8) * (16 * K),
-                         valid ? from + j * kBT + i * src_step : chunk, valid ? 16 : 0);
-      }
-    }
-  }
-};
-
 // x(v, tok) *= f exp(G_last - G_tok) for the lane's tokens 8 i + 2 t .. + 1 of a warp's 16 x 64
 // columns (G_at: the lane's G pair of token 2 t in shared memory, the chunk's G there).
 __device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, float G_last,
@@ -267,30 +230,39 @@ __device__ __forceinline__ void ScaleTokensByGamma(WarpRows<kBT>& x, uint32_t G_
   }
 }
 
-// One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands in the core-matrix layout
-// (forward: the keys, W and, where it writes o, the queries; backward: the keys, the queries and
-// W), the block's kBV value columns of a 64-row bf16 operand (forward U, backward dO; row-major,
-// leading dimension kBV + 8), G, and kMats 64 x 64 bf16 chunk matrices in the core-matrix layout
-// (M: the backward's, and the forward's where it writes o).
+// One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands (forward: the keys, W and,
+// where it writes o, the queries; backward: the keys, the queries and W) and kMats 64 x 64 bf16
+// chunk matrices (M: the backward's, and the forward's where it writes o), all as swizzled tiles
+// (chunk_delta_swizzled.cuh: an operand's K / 64 column tiles one after another, copied by the
+// copy engine, TileGroup), then the block's kBV value columns of a 64-row bf16 operand (forward U,
+// backward dO; row-major, leading dimension kBV + 8, by cp.async) and G. A set is 1024-byte
+// aligned, as the swizzle needs.
 template <int K, int kBV, int kKeyTiles, int kMats = 0>
 struct ColumnTileSet {
   static constexpr int kLdValues = kBV + 8;
   static constexpr int kKeyBytes = kBT * K * 2, kValueBytes = kBT * kLdValues * 2;
-  // Byte offsets in a set: key tile i, the value columns, G, the chunk matrices.
+  // Byte offsets in a set: key operand i, the chunk matrices, the value columns, G.
   __host__ __device__ static constexpr int Key(int i) { return i * kKeyBytes; }
-  static constexpr int kValues = kKeyTiles * kKeyBytes, kG = kValues + kValueBytes;
-  static constexpr int kMat = kG + kBT * 4;
-  static constexpr int kBytes = kMat + kMats * kBT * kBT * 2;
-  static_assert(kMat % 128 == 0 && kBytes % 128 == 0,
-                "core matrices 128-byte aligned in either set");
+  static constexpr int kMat = kKeyTiles * kKeyBytes;
+  static constexpr int kValues = kMat + kMats * kSwizzledTileBytes, kG = kValues + kValueBytes;
+  static constexpr int kBytes = AlignSwizzled(kG + kBT * 4);
+  static constexpr int kTiles = kKeyTiles * K / kBT + kMats;  // swizzled tiles
 };
 
-// Shared memory of a column pass: two tile sets, and each warpgroup's staging tiles (K rows and
-// 64).
+// Shared memory of a column pass: the alignment's slack, two tile sets, each warpgroup's staging
+// tiles (K rows and 64), and the sets' copy barriers.
 template <int K, int kBV, int kKeyTiles, int kMats = 0>
 inline constexpr size_t ColumnPassSmem() {
-  return 2 * ColumnTileSet<K, kBV, kKeyTiles, kMats>::kBytes +
-         kBV / 64 * size_t{kLdGroupStage} * 2 * (K + kBT);
+  return kSwizzleAlign + 2 * ColumnTileSet<K, kBV, kKeyTiles, kMats>::kBytes +
+         kBV / 64 * size_t{kLdGroupStage} * 2 * (K + kBT) + kCopyBarrierBytes;
 }
+
+// The descriptor steps of a column pass's swizzled B operands: a K-major operand's k step (16 of
+// its 64 nk columns: 32 bytes within a tile, tiles kSwizzledTileBytes apart) and an N-major one's
+// (16 token rows, 2048 bytes), in the descriptor's 16-byte units.
+__device__ __forceinline__ uint64_t KMajorStep(int k) {
+  return (k / 4) * (kSwizzledTileBytes / 16) + (k % 4) * 2;
+}
+__device__ __forceinline__ uint64_t NMajorStep(int s) { return s * (16 * 128 / 16); }
 
 }  // namespace flame::kernels::delta_chunk::tiles

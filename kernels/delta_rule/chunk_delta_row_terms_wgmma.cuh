@@ -18,7 +18,7 @@
 // The tiles are in the 128-byte swizzle layout (chunk_delta_swizzled.cuh): whole 128-byte rows
 // copied per warp.
 // Measured on the H200 at (8, 2048, 16, 128), per call: RowTermsKernel 353 us, this kernel 306;
-// with the tiles in the no-swizzle core-matrix layout instead (CorePieces: each warp copies 64
+// with the tiles in the no-swizzle core-matrix layout instead (each warp copying 64
 // bytes of 8 rows) it took 492; persistent (each block looping over items, the next item's first
 // V step copied during this item's epilogue, which within 128 registers took its products'
 // fragments in two waits) 406.

@@ -127,15 +127,16 @@ struct TileGroup {
   }
 };
 
-// On sm_90, zeroes rows [rows, 64) of nk swizzled tiles after their copy landed (the copy engine
-// reads a box's rows past a sequence's end from the next sequence, where cp.async zero-filled
-// them; the passes' products need them zero), and orders the zeros before the tiles' later
-// copies. Whole rows: the swizzle keeps a row's pieces within its 128 bytes. Before sm_90 the
-// copies zero-filled them.
+// On sm_90, zeroes rows [rows, 64) of nk swizzled tiles (by a block of kThreadsB) after their copy
+// landed (the copy engine reads a box's rows past a sequence's end from the next sequence, where
+// cp.async zero-filled them; the passes' products need them zero), and orders the zeros before the
+// tiles' later copies. Whole rows: the swizzle keeps a row's pieces within its 128 bytes. Before
+// sm_90 the copies zero-filled them.
+template <int kThreadsB = kThreads>
 __device__ inline void ZeroRowsPast(bf16* tiles, int nk, int rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   const int pieces = (kBT - rows) * 8;
-  for (int idx = threadIdx.x; idx < nk * pieces; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < nk * pieces; idx += kThreadsB) {
     const int j = idx / pieces, at = rows * kBT + idx % pieces * 8;
     *reinterpret_cast<uint4*>(tiles + j * kSwizzledTile + at) = make_uint4(0, 0, 0, 0);
   }
