@@ -11,6 +11,7 @@
 
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -85,7 +86,7 @@ inline dim3 PassGrid(const ChunkDeltaParams& p, const PassVariant& v) {
 }
 
 // Whether the current device has the copy engine's tiled copies (sm_90 and later), which the
-// state passes use there (PassTileMaps).
+// state passes and RowTermsWgmmaKernel use there (TileMaps).
 inline bool HasTileCopies() {
   int device = 0, major = 0;
   return cudaGetDevice(&device) == cudaSuccess &&
@@ -93,34 +94,37 @@ inline bool HasTileCopies() {
          major >= 9;
 }
 
-// Fills b.maps for the state passes (scratch carved) where the device has the copy engine;
-// elsewhere the mma.sync passes copy by cp.async and the maps stay empty (the column passes run
-// on sm_90a only).
-inline cudaError_t BuildPassTileMaps(StepBase& b) {
+// Fills b.maps (scratch carved) where the device has the copy engine; elsewhere the mma.sync
+// passes copy by cp.async and the maps stay empty (the wgmma kernels run on sm_90a only).
+inline cudaError_t BuildTileMaps(StepBase& b) {
   if (!HasTileCopies()) return cudaSuccess;
   const ChunkDeltaParams& p = b.p;
-  const uint64_t K = p.k_dim, H = p.heads;
-  // The copies' coordinates are 32-bit: token rows and M's rows (chunks x H x 64) must fit.
-  if (static_cast<uint64_t>(TokenRows(p)) > INT32_MAX ||
-      static_cast<uint64_t>(p.total_chunks) * H * kBT > INT32_MAX) {
-    return cudaErrorInvalidValue;
-  }
-  const uint64_t token_dims[3] = {K, H, static_cast<uint64_t>(TokenRows(p))};
-  const uint64_t token_strides[2] = {K * sizeof(__nv_bfloat16), H * K * sizeof(__nv_bfloat16)};
-  const uint32_t token_box[3] = {kBT, 1, kBT};
-  const uint64_t mat_dims[2] = {kBT, static_cast<uint64_t>(p.total_chunks) * H * kBT};
-  const uint64_t mat_strides[1] = {kBT * sizeof(__nv_bfloat16)};
-  const uint32_t mat_box[2] = {kBT, kBT};
+  const uint64_t K = p.k_dim, V = p.v_dim, H = p.heads, R = TokenRows(p);
+  const uint64_t mats = static_cast<uint64_t>(p.total_chunks) * H;
+  // The copies' coordinates are 32-bit: the maps' rows must fit.
+  if (R > INT32_MAX || mats * std::max<uint64_t>(K, kBT) > INT32_MAX) return cudaErrorInvalidValue;
+  constexpr uint64_t kEl = sizeof(__nv_bfloat16);
+  const uint32_t token_box[3] = {kBT, 1, kBT}, tile_box[2] = {kBT, kBT};
+  const auto token_map = [&](CUtensorMap* map, const void* base, uint64_t dim) {
+    const uint64_t dims[3] = {dim, H, R}, strides[2] = {dim * kEl, H * dim * kEl};
+    return base == nullptr ? cudaSuccess
+                           : EncodeBf16TileMap(map, base, 3, dims, strides, token_box);
+  };
+  const auto rows_map = [&](CUtensorMap* map, const void* base, uint64_t cols, uint64_t rows) {
+    const uint64_t dims[2] = {cols, rows}, strides[1] = {cols * kEl};
+    return base == nullptr ? cudaSuccess : EncodeBf16TileMap(map, base, 2, dims, strides, tile_box);
+  };
   cudaError_t err;
-  if ((err = EncodeBf16TileMap(&b.maps.w, b.s.W, 3, token_dims, token_strides, token_box)) !=
-          cudaSuccess ||
-      (err = EncodeBf16TileMap(&b.maps.kn, b.s.kn, 3, token_dims, token_strides, token_box)) !=
-          cudaSuccess ||
-      (err = EncodeBf16TileMap(&b.maps.qn, b.s.qn, 3, token_dims, token_strides, token_box)) !=
-          cudaSuccess) {
+  if ((err = token_map(&b.maps.w, b.s.W, K)) != cudaSuccess ||
+      (err = token_map(&b.maps.kn, b.s.kn, K)) != cudaSuccess ||
+      (err = token_map(&b.maps.qn, b.s.qn, K)) != cudaSuccess ||
+      (err = token_map(&b.maps.ut, b.s.Ut, V)) != cudaSuccess ||
+      (err = token_map(&b.maps.dut, b.s.dUt, V)) != cudaSuccess ||
+      (err = rows_map(&b.maps.M, b.s.M, kBT, mats * kBT)) != cudaSuccess ||
+      (err = rows_map(&b.maps.S, b.s.S, V, mats * K)) != cudaSuccess) {
     return err;
   }
-  return EncodeBf16TileMap(&b.maps.M, b.s.M, 2, mat_dims, mat_strides, mat_box);
+  return rows_map(&b.maps.dS, b.s.dS, V, mats * K);
 }
 
 inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStream_t stream) {
@@ -128,7 +132,7 @@ inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStrea
                                          static_cast<int>(v.smem));
   if (err != cudaSuccess) return err;
   StepBase b = base;
-  if ((err = BuildPassTileMaps(b)) != cudaSuccess) return err;
+  if ((err = BuildTileMaps(b)) != cudaSuccess) return err;
   v.kernel<<<PassGrid(b.p, v), v.threads, v.smem, stream>>>(b);
   return cudaGetLastError();
 }
@@ -390,9 +394,16 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   }
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;
   const dim3 row_terms(p.total_chunks * (p.k_dim / kBT), p.heads);
-  err = b.warpgroup_products
-            ? RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), b, stream)
-            : RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
+  if (b.warpgroup_products) {
+    StepBase mapped = b;
+    err = BuildTileMaps(mapped);
+    if (err == cudaSuccess) {
+      err = RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), mapped,
+                     stream);
+    }
+  } else {
+    err = RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
+  }
   if (err != cudaSuccess) return err;
   if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
       cudaSuccess) {

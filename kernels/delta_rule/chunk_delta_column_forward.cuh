@@ -83,16 +83,15 @@ __global__ void __launch_bounds__(128 * kGroups)
   const auto issue = [&](int ci) {  // chunk ci's tiles, from the sources' current chunk
     const uint32_t set = (ci & 1) * Set::kBytes;
     const int rows = src.Rows(ci), row = src.RowAt(ci);
-    const auto key = [&](int i) { return reinterpret_cast<bf16*>(sets + set + Set::Key(i)); };
-    const TileGroup<Set::kTiles> tiles(bar(ci & 1));
-    tiles.Token(key(0), &b.maps.kn, kNk, h, row, k_src, ld_k, rows);
-    tiles.Token(key(1), &b.maps.w, kNk, h, row, w_src, ld_k, rows);
+    const auto key = [&](int i) { return sets_at + set + Set::Key(i); };
+    const TileGroup tiles(bar(ci & 1), Set::kTiles);
+    tiles.Token(key(0), &b.maps.kn, 0, kNk, h, row, k_src, ld_k, rows);
+    tiles.Token(key(1), &b.maps.w, 0, kNk, h, row, w_src, ld_k, rows);
     u_pieces.Issue(u_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
     if (kOutput) {
-      tiles.Token(key(2), &b.maps.qn, kNk, h, row, q_src, ld_k, rows);
-      tiles.Matrix(reinterpret_cast<bf16*>(sets + set + Set::kMat), &b.maps.M, src.MatRowAt(ci),
-                   m_src);
+      tiles.Token(key(2), &b.maps.qn, 0, kNk, h, row, q_src, ld_k, rows);
+      tiles.Block(sets_at + set + Set::kMat, &b.maps.M, 0, src.MatRowAt(ci), m_src, kBT);
     }
   };
 

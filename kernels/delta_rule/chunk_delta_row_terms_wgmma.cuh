@@ -70,12 +70,14 @@ struct RowTermsWgmmaLayout {
   static constexpr int kRowParts = kG + 3 * kBT * 4;
   static constexpr int kColParts = kRowParts + 2 * kBT * 4;
   static constexpr int kWarpSums = kColParts + 4 * kBT * 4;
-  static constexpr int kBytes = kWarpSums + 12 * 4;
+  static constexpr int kBars = kWarpSums + 12 * 4;  // the copy barriers (8-byte aligned)
+  static constexpr int kBytes = kBars + kCopyBarrierBytes;
 };
 // With room to align the tiles to 1024 bytes (the swizzle's period, taken from the address).
 inline size_t RowTermsWgmmaSmem() { return RowTermsWgmmaLayout::kBytes + 1024; }
 
-__global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
+__global__ void __launch_bounds__(kThreads, 2)
+    RowTermsWgmmaKernel(const __grid_constant__ StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   using L = RowTermsWgmmaLayout;
   extern __shared__ float4 smem4[];
@@ -95,11 +97,29 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
   const int warp = threadIdx.x / 32, group = warp / 4;
   const int64_t qk_stride = int64_t{p.heads} * K, tok_stride = int64_t{p.heads} * V;
 
+  // The tiles by the copy engine on sm_90 (chunk_delta_swizzled.cuh, TileGroup), on the V steps'
+  // buffers' barriers (0, 1) and the epilogue's (2); dO (the caller's strides) and G by cp.async.
+  // The rows past the chunk's end, which the copy engine reads from the next chunk, are zeroed
+  // once landed.
+  uint64_t* bars = reinterpret_cast<uint64_t*>(at + L::kBars);
+  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  if (threadIdx.x < 3) bar(threadIdx.x).Init();
+  __syncthreads();
+  const int row = static_cast<int>(c.row);
   // The epilogue's operands travel with the first step's tiles.
-  IssueSwizzledTile(at_s + L::kQ, b.s.qn + Tok(p, c.row, h, K) + k0, qk_stride, c.rows);
-  IssueSwizzledTile(at_s + L::kK, b.s.kn + Tok(p, c.row, h, K) + k0, qk_stride, c.rows);
+  {
+    const TileGroup tiles(bar(2), first_slice ? 3 : 2);
+    tiles.Token(at_s + L::kQ, &b.maps.qn, k0, 1, h, row, b.s.qn + Tok(p, c.row, h, K) + k0,
+                qk_stride, c.rows);
+    tiles.Token(at_s + L::kK, &b.maps.kn, k0, 1, h, row, b.s.kn + Tok(p, c.row, h, K) + k0,
+                qk_stride, c.rows);
+    if (first_slice) {
+      tiles.Block(at_s + L::kM, &b.maps.M, 0, (int64_t{chunk} * p.heads + h) * kBT,
+                  b.s.M + Mat(p, chunk, h), kBT);
+    }
+  }
   IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
-  if (first_slice) IssueSwizzledTile(at_s + L::kM, b.s.M + Mat(p, chunk, h), kBT, kBT);
+  const int64_t state_row = (int64_t{chunk} * p.heads + h) * K + k0;  // of S and dS as [.., V]
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
@@ -108,11 +128,14 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
   const auto issue_step = [&](int n) {
     const uint32_t buf = at_s + (n & 1) * L::kStep;
     const int v0 = n * kBT;
-    IssueSwizzledTile(buf + L::kS * kSwizzledTileBytes, S + v0, V, kBT);
-    IssueSwizzledTile(buf + L::kDS * kSwizzledTileBytes, dS + v0, V, kBT);
+    const TileGroup tiles(bar(n & 1), 4);
+    tiles.Block(buf + L::kS * kSwizzledTileBytes, &b.maps.S, v0, state_row, S + v0, V);
+    tiles.Block(buf + L::kDS * kSwizzledTileBytes, &b.maps.dS, v0, state_row, dS + v0, V);
     IssueSwizzledTile(buf + L::kDO * kSwizzledTileBytes, d_o_chunk + v0, p.v_strides.token, c.rows);
-    IssueSwizzledTile(buf + L::kDUt * kSwizzledTileBytes, dut_chunk + v0, tok_stride, c.rows);
-    IssueSwizzledTile(buf + L::kUt * kSwizzledTileBytes, ut_chunk + v0, tok_stride, c.rows);
+    tiles.Token(buf + L::kDUt * kSwizzledTileBytes, &b.maps.dut, v0, 1, h, row, dut_chunk + v0,
+                tok_stride, c.rows);
+    tiles.Token(buf + L::kUt * kSwizzledTileBytes, &b.maps.ut, v0, 1, h, row, ut_chunk + v0,
+                tok_stride, c.rows);
     __pipeline_commit();
   };
 
@@ -137,6 +160,13 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsWgmmaKernel(StepBase b) {
       __pipeline_wait_prior(1);
     } else {
       __pipeline_wait_prior(0);
+    }
+    bar(n & 1).Wait(n >> 1);
+    if (n == 0) bar(2).Wait(0);
+    if (c.rows < kBT) {  // dUt and Ut (adjacent), and the keys and queries (adjacent)
+      ZeroRowsPast(reinterpret_cast<bf16*>(at + (n & 1) * L::kStep + L::kDUt * kSwizzledTileBytes),
+                   2, c.rows);
+      if (n == 0) ZeroRowsPast(reinterpret_cast<bf16*>(at + L::kQ), 2, c.rows);
     }
     wgmma::FenceSharedForProducts();
     __syncthreads();                    // step n's tiles (and the epilogue's) are in

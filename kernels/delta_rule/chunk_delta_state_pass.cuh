@@ -432,18 +432,19 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
   if (threadIdx.x < 4) bar(threadIdx.x).Init();
   __syncthreads();
   const auto w_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
-    group.Token(t.w, &b.maps.w, kNk, h, src.RowAt(ci), b.s.W + src.TokAt(ci, K), ld_k,
-                src.Rows(ci));
+    group.Token(ptx::SharedAddr(t.w), &b.maps.w, 0, kNk, h, src.RowAt(ci), b.s.W + src.TokAt(ci, K),
+                ld_k, src.Rows(ci));
   };
   const auto query_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
-    group.Token(t.q, &b.maps.qn, kNk, h, src.RowAt(ci), b.s.qn + src.TokAt(ci, K), ld_k,
-                src.Rows(ci));
+    group.Token(ptx::SharedAddr(t.q), &b.maps.qn, 0, kNk, h, src.RowAt(ci),
+                b.s.qn + src.TokAt(ci, K), ld_k, src.Rows(ci));
   };
   const auto late_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {  // keys, M
-    group.Token(t.k, &b.maps.kn, kNk, h, src.RowAt(ci), b.s.kn + src.TokAt(ci, K), ld_k,
-                src.Rows(ci));
+    group.Token(ptx::SharedAddr(t.k), &b.maps.kn, 0, kNk, h, src.RowAt(ci),
+                b.s.kn + src.TokAt(ci, K), ld_k, src.Rows(ci));
     if constexpr (kOutput) {
-      group.Matrix(t.M, &b.maps.M, src.MatRowAt(ci), b.s.M + Mat(p, seq.first_chunk + ci, h));
+      group.Block(ptx::SharedAddr(t.M), &b.maps.M, 0, src.MatRowAt(ci),
+                  b.s.M + Mat(p, seq.first_chunk + ci, h), kBT);
     }
   };
   // G by cp.async, in the threads' commit groups (its rows are heads apart).
@@ -453,14 +454,14 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
   // kSplit issues the parts at their own times: issue_w (W, G), issue_queries, issue_late (the
   // keys, M); otherwise issue takes all of a chunk's tiles at once.
   const auto issue_w = [&](int ci, const ChunkTiles& t) {
-    w_tiles(TileGroup<kNk>(bar(ci & 1)), ci, t);
+    w_tiles(TileGroup(bar(ci & 1), kNk), ci, t);
     issue_g(ci, t);
   };
   const auto issue_queries = [&](int ci, const ChunkTiles& t) {
-    query_tiles(TileGroup<kNk>(bar(3)), ci, t);
+    query_tiles(TileGroup(bar(3), kNk), ci, t);
   };
   const auto issue_late = [&](int ci, const ChunkTiles& t) {
-    late_tiles(TileGroup<kNk + (kOutput ? 1 : 0)>(bar(2)), ci, t);
+    late_tiles(TileGroup(bar(2), kNk + (kOutput ? 1 : 0)), ci, t);
   };
   const auto issue = [&](int ci, const ChunkTiles& t) {
     if constexpr (kSplit) {
@@ -468,7 +469,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
       issue_late(ci, t);
       issue_queries(ci, t);
     } else {
-      const TileGroup<(kOutput ? 3 : 2) * kNk + (kOutput ? 1 : 0)> group(bar(ci & 1));
+      const TileGroup group(bar(ci & 1), (kOutput ? 3 : 2) * kNk + (kOutput ? 1 : 0));
       w_tiles(group, ci, t);
       late_tiles(group, ci, t);
       if constexpr (kOutput) query_tiles(group, ci, t);
@@ -646,34 +647,35 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
   if (threadIdx.x < 4) bar(threadIdx.x).Init();
   __syncthreads();
   const auto key_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
-    group.Token(t.k, &b.maps.kn, kNk, h, src.RowAt(ci), b.s.kn + src.TokAt(ci, K), ld_k,
-                src.Rows(ci));
+    group.Token(ptx::SharedAddr(t.k), &b.maps.kn, 0, kNk, h, src.RowAt(ci),
+                b.s.kn + src.TokAt(ci, K), ld_k, src.Rows(ci));
   };
   const auto query_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {  // and W
-    group.Token(t.q, &b.maps.qn, kNk, h, src.RowAt(ci), b.s.qn + src.TokAt(ci, K), ld_k,
-                src.Rows(ci));
-    group.Token(t.w, &b.maps.w, kNk, h, src.RowAt(ci), b.s.W + src.TokAt(ci, K), ld_k,
-                src.Rows(ci));
+    group.Token(ptx::SharedAddr(t.q), &b.maps.qn, 0, kNk, h, src.RowAt(ci),
+                b.s.qn + src.TokAt(ci, K), ld_k, src.Rows(ci));
+    group.Token(ptx::SharedAddr(t.w), &b.maps.w, 0, kNk, h, src.RowAt(ci), b.s.W + src.TokAt(ci, K),
+                ld_k, src.Rows(ci));
   };
   // M's tile, and dO and G by cp.async (dO's block columns, G's rows heads apart).
   const auto rest = [&](const auto& group, int ci, const ChunkTiles& t) {
     const int rows = src.Rows(ci);
     if constexpr (kMtdO) {
-      group.Matrix(t.M, &b.maps.M, src.MatRowAt(ci), b.s.M + Mat(p, seq.first_chunk + ci, h));
+      group.Block(ptx::SharedAddr(t.M), &b.maps.M, 0, src.MatRowAt(ci),
+                  b.s.M + Mat(p, seq.first_chunk + ci, h), kBT);
     }
     IssueInV<kBV>(t.d_o, d_o0 + int64_t{ci} * kBT * p.v_strides.token, p.v_strides.token, rows);
     IssueRowScalars(t.G, nullptr, b.s.G + src.TokAt(ci, 1), nullptr, p.heads, rows);
   };
   // Set i's parts for chunk ci: kSplit issues them at their own times, otherwise issue_all.
-  const auto issue_keys = [&](int ci, int i) { key_tiles(TileGroup<kNk>(bar(i & 1)), ci, set(i)); };
+  const auto issue_keys = [&](int ci, int i) { key_tiles(TileGroup(bar(i & 1), kNk), ci, set(i)); };
   const auto issue_queries = [&](int ci, int i) {
-    query_tiles(TileGroup<2 * kNk>(bar(2)), ci, set(i));
+    query_tiles(TileGroup(bar(2), 2 * kNk), ci, set(i));
   };
   const auto issue_rest = [&](int ci, int i) {
-    rest(TileGroup < kMtdO ? 1 : 0 > (bar(3)), ci, set(i));
+    rest(TileGroup(bar(3), kMtdO ? 1 : 0), ci, set(i));
   };
   const auto issue_all = [&](int ci, int i) {
-    const TileGroup<3 * kNk + (kMtdO ? 1 : 0)> group(bar(i & 1));
+    const TileGroup group(bar(i & 1), 3 * kNk + (kMtdO ? 1 : 0));
     const ChunkTiles t = set(i);
     key_tiles(group, ci, t);
     query_tiles(group, ci, t);

@@ -233,13 +233,15 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
 // ---------------------------------------------------------------------------------------------
 // Steps. Each: `Units()` and `operator()(unit)`.
 
-// The mma.sync state passes' tensor maps (kernels/common/tensor_map.h) for their copies by the
-// copy engine on sm_90 (chunk_delta.cuh, BuildPassTileMaps): W, the keys and the queries as
-// [R, H, K] in boxes of 64 tokens by 64 of K, M as [chunks x H x 64, 64], a matrix a box. The
-// kernels take StepBase as a __grid_constant__ parameter, so that the maps stay in parameter
-// space, where the copy instructions read them.
-struct PassTileMaps {
-  CUtensorMap w, kn, qn, M;
+// Tensor maps (kernels/common/tensor_map.h) for the copies by the copy engine on sm_90 of the state
+// passes and RowTermsWgmmaKernel (chunk_delta.cuh, BuildTileMaps): W, the keys and the queries as
+// [R, H, K], Ut and dUt as [R, H, V], in boxes of 64 tokens by 64 columns; M as [chunks x H x 64,
+// 64], a matrix a box; the per-chunk states S and dS as [chunks x H x K, V], 64 x 64 boxes. Those
+// whose scratch the step does not carve stay empty. The kernels take StepBase as a
+// __grid_constant__ parameter, so that the maps stay in parameter space, where the copy
+// instructions read them.
+struct TileMaps {
+  CUtensorMap w, kn, qn, M, ut, dut, S, dS;
 };
 
 struct StepBase {
@@ -248,7 +250,7 @@ struct StepBase {
   bool gated;
   bool column_passes = false;  // the state passes in column form (chunk_delta.cuh, UseColumnPasses)
   bool warpgroup_products = false;  // the sm_90a kernels run (UseWarpgroupProducts)
-  PassTileMaps maps{};              // filled for the mma.sync state passes only
+  TileMaps maps{};                  // filled for the kernels that copy by the copy engine
 };
 
 // The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with

@@ -85,44 +85,44 @@ struct CopyBarrier {
 // Shared memory a state pass reserves for its copy groups' barriers (four at most).
 constexpr int kCopyBarrierBytes = 4 * sizeof(uint64_t);
 
-// One issue of a group of kTiles tiles: on sm_90 thread 0 announces their bytes on the group's
-// barrier and copies them; before sm_90 every thread copies its pieces.
-template <int kTiles>
+// One issue of a group of tiles: on sm_90 thread 0 announces their bytes on the group's barrier
+// (`tiles` of them) and copies them; before sm_90 every thread copies its pieces (cp.async, in its
+// commit group). Destinations are shared addresses of swizzled tiles.
 struct TileGroup {
   CopyBarrier bar;
 
-  __device__ explicit TileGroup(CopyBarrier b) : bar(b) {
+  __device__ TileGroup(CopyBarrier b, int tiles) : bar(b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) ptx::MbarrierArriveExpectTx(bar.addr, kTiles * kSwizzledTileBytes);
+    if (threadIdx.x == 0) ptx::MbarrierArriveExpectTx(bar.addr, tiles * kSwizzledTileBytes);
+#else
+    (void)tiles;
 #endif
   }
-  // Tiles [0, nk) of a chunk's rows of a [R, H, 64 nk] token tensor: its map (coordinates
-  // (64 j, h, row): row the chunk's first flat token row), or src (the chunk's row 0 at head h,
-  // rows row_stride apart; rows past `rows` zero-filled; sm_80).
-  __device__ void Token(bf16* dst, const CUtensorMap* map, int nk, int h, int row, const bf16* src,
-                        int64_t row_stride, int rows) const {
+  // nk tiles of a chunk's rows of a [R, H, D] token tensor, columns col0 + 64 j: its map
+  // (coordinates (col0 + 64 j, h, row): row the chunk's first flat token row), or src (the chunk's
+  // row 0 at head h and column col0, rows row_stride apart; rows past `rows` zero-filled).
+  __device__ void Token(uint32_t dst, const CUtensorMap* map, int col0, int nk, int h, int row,
+                        const bf16* src, int64_t row_stride, int rows) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (threadIdx.x == 0) {
       for (int j = 0; j < nk; ++j) {
-        ptx::TmaLoad3D(ptx::SharedAddr(dst + j * kSwizzledTile), map, j * kBT, h, row, bar.addr);
+        ptx::TmaLoad3D(dst + j * kSwizzledTileBytes, map, col0 + j * kBT, h, row, bar.addr);
       }
     }
 #else
     for (int j = 0; j < nk; ++j) {
-      IssueSwizzledTile(ptx::SharedAddr(dst + j * kSwizzledTile), src + j * kBT, row_stride, rows);
+      IssueSwizzledTile(dst + j * kSwizzledTileBytes, src + j * kBT, row_stride, rows);
     }
 #endif
   }
-  // A chunk matrix (64 x 64, dense): its map (coordinates (0, mat_row): mat_row its first row in
-  // [chunks x H x 64, 64]), or src.
-  __device__ void Matrix(bf16* dst, const CUtensorMap* map, int64_t mat_row,
-                         const bf16* src) const {
+  // A 64 x 64 block of a row-major matrix (a chunk matrix, a state's slice): its map (coordinates
+  // (col, row) of the block's first element), or src (that element; rows row_stride apart).
+  __device__ void Block(uint32_t dst, const CUtensorMap* map, int col, int64_t row, const bf16* src,
+                        int64_t row_stride) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) {
-      ptx::TmaLoad2D(ptx::SharedAddr(dst), map, 0, static_cast<int>(mat_row), bar.addr);
-    }
+    if (threadIdx.x == 0) ptx::TmaLoad2D(dst, map, col, static_cast<int>(row), bar.addr);
 #else
-    IssueSwizzledTile(ptx::SharedAddr(dst), src, kBT, kBT);
+    IssueSwizzledTile(dst, src, row_stride, kBT);
 #endif
   }
 };
