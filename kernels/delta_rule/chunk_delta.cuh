@@ -94,10 +94,11 @@ inline bool HasTileCopies() {
          major >= 9;
 }
 
-// Fills b.maps (scratch carved) where the device has the copy engine; elsewhere the mma.sync
-// passes copy by cp.async and the maps stay empty (the wgmma kernels run on sm_90a only).
+// Fills b.maps (scratch carved) where the kernels copy by the copy engine (b.tile_copies: always
+// where the wgmma kernels run); elsewhere the mma.sync passes copy by cp.async and the maps stay
+// empty.
 inline cudaError_t BuildTileMaps(StepBase& b) {
-  if (!HasTileCopies()) return cudaSuccess;
+  if (!b.tile_copies) return cudaSuccess;
   const ChunkDeltaParams& p = b.p;
   const uint64_t K = p.k_dim, V = p.v_dim, H = p.heads, R = TokenRows(p);
   const uint64_t mats = static_cast<uint64_t>(p.total_chunks) * H;
@@ -316,6 +317,7 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated) {
   base.p.total_chunks = TotalChunks(params);
   base.warpgroup_products = UseWarpgroupProducts(base.p);
   base.column_passes = base.warpgroup_products && ColumnPassesFit(base.p);  // UseColumnPasses
+  base.tile_copies = !base.p.portable_kernels && HasTileCopies();
   return base;
 }
 

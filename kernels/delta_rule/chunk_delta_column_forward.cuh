@@ -76,7 +76,8 @@ __global__ void __launch_bounds__(128 * kGroups)
 
   // The sets' copy barriers (chunk_delta_swizzled.cuh), after the staging tiles.
   uint64_t* bars = reinterpret_cast<uint64_t*>(sets + 2 * Set::kBytes + kGroups * kStageBytes);
-  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  // (The copy engine always: this kernel runs only where b.tile_copies holds.)
+  const auto bar = [&](int i) { return CopyBarrier(bars + i, true); };
   if (threadIdx.x < 2) bar(threadIdx.x).Init();
   __syncthreads();
   const RowPieces<kThreadsB, kBV / 8> u_pieces(ld_v, sets + Set::kValues, Set::kLdValues * 2);

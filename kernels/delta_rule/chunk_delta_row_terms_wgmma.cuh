@@ -102,7 +102,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // The rows past the chunk's end, which the copy engine reads from the next chunk, are zeroed
   // once landed.
   uint64_t* bars = reinterpret_cast<uint64_t*>(at + L::kBars);
-  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  // (The copy engine always: this kernel runs only where b.tile_copies holds.)
+  const auto bar = [&](int i) { return CopyBarrier(bars + i, true); };
   if (threadIdx.x < 3) bar(threadIdx.x).Init();
   __syncthreads();
   const int row = static_cast<int>(c.row);

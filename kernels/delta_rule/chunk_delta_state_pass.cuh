@@ -428,7 +428,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
   const int ra = LaneRow(), rb = ra + 8;
   // The copy groups' barriers: unsplit, one per tile set (all of a chunk's tiles one group);
   // kSplit, W's per set (0, 1), the keys' and M's (2), the queries' (3).
-  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  const auto bar = [&](int i) { return CopyBarrier(bars + i, b.tile_copies); };
   if (threadIdx.x < 4) bar(threadIdx.x).Init();
   __syncthreads();
   const auto w_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
@@ -504,7 +504,9 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
     for (int c = 0; c < kT; ++c) u[c] = u_next[c];
     bar(ci & 1).Wait(ci >> 1);
     if (kSplit) bar(3).Wait(ci);  // the queries
-    if (rows < kBT) {  // the chunk's garbage rows: W S's and the update's (kSplit: keys below)
+    // The garbage rows the copy engine brought (cp.async zero-fills them): W S's and the update's
+    // (kSplit: the keys' below).
+    if (b.tile_copies && rows < kBT) {
       ZeroRowsPast(t.w, kNk, rows);
       if (!kSplit) ZeroRowsPast(t.k, kNk, rows);
     }
@@ -549,7 +551,7 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
     }
     if (kSplit) {  // the keys and M (the next chunk's W may still fly)
       bar(2).Wait(ci);
-      if (rows < kBT) ZeroRowsPast(t.k, kNk, rows);
+      if (b.tile_copies && rows < kBT) ZeroRowsPast(t.k, kNk, rows);
       __pipeline_wait_prior(1);
     }
     __syncthreads();
@@ -643,7 +645,7 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
   const int ra = LaneRow(), rb = ra + 8;
   // The copy groups' barriers: unsplit, one per tile set (all of a chunk's tiles one group);
   // kSplit, the keys' per set (0, 1), the queries' and W's (2), M's with dO and G (3).
-  const auto bar = [&](int i) { return CopyBarrier(bars + i); };
+  const auto bar = [&](int i) { return CopyBarrier(bars + i, b.tile_copies); };
   if (threadIdx.x < 4) bar(threadIdx.x).Init();
   __syncthreads();
   const auto key_tiles = [&](const auto& group, int ci, const ChunkTiles& t) {
@@ -716,7 +718,9 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
     }
     bar(it & 1).Wait(it >> 1);
     if (kSplit) bar(3).Wait(it);  // M
-    if (rows < kBT) {  // the chunk's garbage rows: K dS's and the update's (kSplit: q, W below)
+    // The garbage rows the copy engine brought (cp.async zero-fills them): K dS's and the
+    // update's (kSplit: the queries' and W's below).
+    if (b.tile_copies && rows < kBT) {
       ZeroRowsPast(t.k, kNk, rows);
       if (!kSplit) ZeroRowsPast(t.q, 2 * kNk, rows);  // the queries and W
     }
@@ -781,7 +785,7 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
     }
     if (kSplit) {  // the queries and W
       bar(2).Wait(it);
-      if (rows < kBT) ZeroRowsPast(t.q, 2 * kNk, rows);
+      if (b.tile_copies && rows < kBT) ZeroRowsPast(t.q, 2 * kNk, rows);
       __pipeline_wait_prior(0);
     }
     __syncthreads();

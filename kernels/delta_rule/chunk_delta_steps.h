@@ -250,7 +250,10 @@ struct StepBase {
   bool gated;
   bool column_passes = false;  // the state passes in column form (chunk_delta.cuh, UseColumnPasses)
   bool warpgroup_products = false;  // the sm_90a kernels run (UseWarpgroupProducts)
-  TileMaps maps{};                  // filled for the kernels that copy by the copy engine
+  // The tiles come by the copy engine (sm_90, not portable_kernels; chunk_delta.cuh,
+  // MakeStepBase): the mma.sync passes' cp.async path stays tested on the H200 that way.
+  bool tile_copies = false;
+  TileMaps maps{};  // filled where tile_copies (BuildTileMaps)
 };
 
 // The scalars of unit (token row, head) from its inputs (beta: beta, or its logits with

@@ -62,38 +62,53 @@ __host__ __device__ constexpr int AlignSwizzled(int bytes) {
   return (bytes + kSwizzleAlign - 1) / kSwizzleAlign * kSwizzleAlign;
 }
 
-// The mbarrier of a group of tile copies in shared memory, one phase per issue of the group.
-// Unused before sm_90.
+// The mbarrier of a group of tile copies in shared memory, one phase per issue of the group, where
+// the copy engine runs them (`engine`: sm_90 and StepBase::tile_copies); else unused, the copies
+// cp.async in the threads' commit groups.
 struct CopyBarrier {
   uint32_t addr;
+  bool engine;
 
-  __device__ explicit CopyBarrier(uint64_t* at) : addr(ptx::SharedAddr(at)) {}
+  __device__ CopyBarrier(uint64_t* at, bool tile_copies)
+      : addr(ptx::SharedAddr(at)),
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+        engine(tile_copies) {
+  }
+#else
+        engine(false) {
+    (void)tile_copies;
+  }
+#endif
   // By one thread, before the block barrier that precedes the group's first issue.
   __device__ void Init() const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    ptx::MbarrierInit(addr, 1);
-    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    if (engine) {
+      ptx::MbarrierInit(addr, 1);
+      asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
 #endif
   }
   // Until the group's issue number n (from 0) has landed: phase parity n % 2.
   __device__ void Wait(int n) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    ptx::MbarrierWait(addr, n & 1);
+    if (engine) ptx::MbarrierWait(addr, n & 1);
 #endif
   }
 };
 // Shared memory a state pass reserves for its copy groups' barriers (four at most).
 constexpr int kCopyBarrierBytes = 4 * sizeof(uint64_t);
 
-// One issue of a group of tiles: on sm_90 thread 0 announces their bytes on the group's barrier
-// (`tiles` of them) and copies them; before sm_90 every thread copies its pieces (cp.async, in its
-// commit group). Destinations are shared addresses of swizzled tiles.
+// One issue of a group of tiles: by the copy engine (bar.engine) thread 0 announces their bytes on
+// the group's barrier (`tiles` of them) and copies them; else every thread copies its pieces
+// (cp.async, in its commit group). Destinations are shared addresses of swizzled tiles.
 struct TileGroup {
   CopyBarrier bar;
 
   __device__ TileGroup(CopyBarrier b, int tiles) : bar(b) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) ptx::MbarrierArriveExpectTx(bar.addr, tiles * kSwizzledTileBytes);
+    if (bar.engine && threadIdx.x == 0) {
+      ptx::MbarrierArriveExpectTx(bar.addr, tiles * kSwizzledTileBytes);
+    }
 #else
     (void)tiles;
 #endif
@@ -104,26 +119,30 @@ struct TileGroup {
   __device__ void Token(uint32_t dst, const CUtensorMap* map, int col0, int nk, int h, int row,
                         const bf16* src, int64_t row_stride, int rows) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) {
-      for (int j = 0; j < nk; ++j) {
-        ptx::TmaLoad3D(dst + j * kSwizzledTileBytes, map, col0 + j * kBT, h, row, bar.addr);
+    if (bar.engine) {
+      if (threadIdx.x == 0) {
+        for (int j = 0; j < nk; ++j) {
+          ptx::TmaLoad3D(dst + j * kSwizzledTileBytes, map, col0 + j * kBT, h, row, bar.addr);
+        }
       }
+      return;
     }
-#else
+#endif
     for (int j = 0; j < nk; ++j) {
       IssueSwizzledTile(dst + j * kSwizzledTileBytes, src + j * kBT, row_stride, rows);
     }
-#endif
   }
   // A 64 x 64 block of a row-major matrix (a chunk matrix, a state's slice): its map (coordinates
   // (col, row) of the block's first element), or src (that element; rows row_stride apart).
   __device__ void Block(uint32_t dst, const CUtensorMap* map, int col, int64_t row, const bf16* src,
                         int64_t row_stride) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (threadIdx.x == 0) ptx::TmaLoad2D(dst, map, col, static_cast<int>(row), bar.addr);
-#else
-    IssueSwizzledTile(dst, src, row_stride, kBT);
+    if (bar.engine) {
+      if (threadIdx.x == 0) ptx::TmaLoad2D(dst, map, col, static_cast<int>(row), bar.addr);
+      return;
+    }
 #endif
+    IssueSwizzledTile(dst, src, row_stride, kBT);
   }
 };
 
