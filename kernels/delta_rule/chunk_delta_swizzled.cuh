@@ -54,7 +54,8 @@ __device__ __forceinline__ void IssueSwizzledTile(uint32_t tile, const bf16* chu
 // those copies left out the passes took 26-29% less time; by the copy engine 17-19% less (578 ->
 // 482, 595 -> 480, 675 -> 567, 731 -> 633 us); by the copy engine row by row instead (128-byte
 // bulk copies, 448 a chunk at K = 128) 70% more -- its cost is per copy, not per byte. Before
-// sm_90, cp.async pieces to the same layout, in the threads' commit groups.
+// sm_90, and with portable_kernels (StepBase::tile_copies false), cp.async pieces to the same
+// layout, in the threads' commit groups.
 
 constexpr int kSwizzledTile = kBT * kBT;  // elements of a swizzled tile
 constexpr int kSwizzleAlign = 1024;       // the 128-byte swizzle's period
