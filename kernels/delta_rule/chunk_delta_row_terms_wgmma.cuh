@@ -116,8 +116,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tiles.Token(at_s + L::kK, &b.maps.kn, k0, 1, h, row, b.s.kn + Tok(p, c.row, h, K) + k0,
                 qk_stride, c.rows);
     if (first_slice) {
-      tiles.Block(at_s + L::kM, &b.maps.M, 0, (int64_t{chunk} * p.heads + h) * kBT,
-                  b.s.M + Mat(p, chunk, h), kBT);
+      tiles.Block(at_s + L::kM, &b.maps.M, 0, MatRow(p, chunk, h), b.s.M + Mat(p, chunk, h), kBT);
     }
   }
   IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);

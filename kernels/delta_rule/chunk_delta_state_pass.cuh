@@ -271,21 +271,22 @@ __device__ inline void IssueInV(bf16* dst, const bf16* chunk, int64_t token_stri
 // A pass's sequence: its chunks' sources at head h, as chunk 0's plus ci strides.
 struct SeqSources {
   int len;         // tokens
+  int64_t row0;    // flat token row of chunk 0's row 0
   int64_t tok0;    // element offset of chunk 0's row 0 in a [R,H,1] scratch tensor
   int64_t state0;  // of chunk 0's state (K x V)
+  int64_t mat0;    // row of chunk 0's M in [chunks x H x 64, 64] (the M map's)
   int heads;
-
-  int row0;      // flat token row of chunk 0's row 0 (the tile maps' row coordinate)
-  int64_t mat0;  // row of chunk 0's M in [chunks x H x 64, 64] (the M map's)
 
   __device__ SeqSources(const ChunkDeltaParams& p, const Seq& seq, int h)
       : len(seq.len),
-        tok0(Tok(p, MakeChunk(p, seq, 0).row, h, 1)),
+        row0(MakeChunk(p, seq, 0).row),
+        tok0(Tok(p, row0, h, 1)),
         state0(State(p, seq.first_chunk, h)),
-        heads(p.heads),
-        row0(static_cast<int>(MakeChunk(p, seq, 0).row)),
-        mat0((int64_t{seq.first_chunk} * p.heads + h) * kBT) {}
-  __device__ int RowAt(int ci) const { return row0 + ci * kBT; }
+        mat0(MatRow(p, seq.first_chunk, h)),
+        heads(p.heads) {}
+  // Chunk ci's first flat token row as the tile maps' 32-bit row coordinate (BuildTileMaps checks
+  // that the rows fit).
+  __device__ int RowAt(int ci) const { return static_cast<int>(row0 + ci * kBT); }
   __device__ int64_t MatRowAt(int ci) const { return mat0 + int64_t{ci} * heads * kBT; }
   __device__ int Rows(int ci) const { return min(kBT, len - ci * kBT); }
   // Offsets of chunk ci in a [R,H,dim] token tensor and in the states.

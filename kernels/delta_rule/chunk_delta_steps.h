@@ -132,6 +132,10 @@ FLAME_HD inline int64_t Tok(const ChunkDeltaParams& p, int64_t row, int h, int d
 FLAME_HD inline int64_t Mat(const ChunkDeltaParams& p, int chunk, int h) {
   return (int64_t{chunk} * p.heads + h) * kBT * kBT;
 }
+// The first row of that matrix in the chunk matrices as [chunks x H x 64, 64] (the tile maps').
+FLAME_HD inline int64_t MatRow(const ChunkDeltaParams& p, int chunk, int h) {
+  return (int64_t{chunk} * p.heads + h) * kBT;
+}
 FLAME_HD inline int64_t State(const ChunkDeltaParams& p, int block, int h) {
   return (int64_t{block} * p.heads + h) * p.k_dim * p.v_dim;
 }

@@ -96,7 +96,7 @@ struct CopyBarrier {
 #endif
   }
 };
-// Shared memory a state pass reserves for its copy groups' barriers (four at most).
+// Shared memory a kernel reserves for its copy groups' barriers (four at most).
 constexpr int kCopyBarrierBytes = 4 * sizeof(uint64_t);
 
 // One issue of a group of tiles: by the copy engine (bar.engine) thread 0 announces their bytes on
@@ -150,8 +150,9 @@ struct TileGroup {
 // On sm_90, zeroes rows [rows, 64) of nk swizzled tiles (by a block of kThreadsB) after their copy
 // landed (the copy engine reads a box's rows past a sequence's end from the next sequence, where
 // cp.async zero-filled them; the passes' products need them zero), and orders the zeros before the
-// tiles' later copies. Whole rows: the swizzle keeps a row's pieces within its 128 bytes. Before
-// sm_90 the copies zero-filled them.
+// tiles' later copies. Whole rows: the swizzle keeps a row's pieces within its 128 bytes. Only
+// after the engine's copies: cp.async zero-fills those rows itself (zeroing them again raced with
+// it).
 template <int kThreadsB = kThreads>
 __device__ inline void ZeroRowsPast(bf16* tiles, int nk, int rows) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
