@@ -132,9 +132,7 @@ inline cudaError_t RunPass(const PassVariant& v, const StepBase& base, cudaStrea
   cudaError_t err = cudaFuncSetAttribute(v.kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                          static_cast<int>(v.smem));
   if (err != cudaSuccess) return err;
-  StepBase b = base;
-  if ((err = BuildTileMaps(b)) != cudaSuccess) return err;
-  v.kernel<<<PassGrid(b.p, v), v.threads, v.smem, stream>>>(b);
+  v.kernel<<<PassGrid(base.p, v), v.threads, v.smem, stream>>>(base);
   return cudaGetLastError();
 }
 
@@ -323,11 +321,13 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated) {
 
 // Carves base's scratch from the workspace: the forward's (null backward_pass), or the
 // backward's, with MtdO where its state pass reads it (as BackwardReadsMtdO says for a pass that
-// was picked), so that the backward picks its pass once.
-inline void CarveStepScratch(StepBase& base, const PassVariant* backward_pass) {
+// was picked), so that the backward picks its pass once. Then encodes the tile maps over that
+// scratch, once for all the kernels of the call (BuildTileMaps).
+inline cudaError_t CarveStepScratch(StepBase& base, const PassVariant* backward_pass) {
   const bool backward = backward_pass != nullptr;
   const bool mtdo = backward && !base.column_passes && !backward_pass->local_term;
   CarveScratch(base.p, backward, mtdo, base.p.workspace, &base.s);
+  return BuildTileMaps(base);
 }
 
 // Forward up to the per-chunk states and new values; where the caller kept them and the rest of
@@ -367,7 +367,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
 inline cudaError_t RunForward(const ChunkDeltaParams& params, bool gated, cudaStream_t stream) {
   if (cudaError_t err = Validate(params, gated, false); err != cudaSuccess) return err;
   StepBase b = MakeStepBase(params, gated);
-  CarveStepScratch(b, nullptr);
+  if (cudaError_t err = CarveStepScratch(b, nullptr); err != cudaSuccess) return err;
   return RunForwardKernels(b, false, true, stream);
 }
 
@@ -378,8 +378,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   StepBase b = MakeStepBase(params, gated);
   PassVariant pass;
   cudaError_t err = PickBackwardPass(b.p, b.column_passes, &pass);
-  if (err != cudaSuccess) return err;
-  CarveStepScratch(b, &pass);
+  if (err != cudaSuccess || (err = CarveStepScratch(b, &pass)) != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);
   const bool columns = b.column_passes;
@@ -397,12 +396,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;
   const dim3 row_terms(p.total_chunks * (p.k_dim / kBT), p.heads);
   if (b.warpgroup_products) {
-    StepBase mapped = b;
-    err = BuildTileMaps(mapped);
-    if (err == cudaSuccess) {
-      err = RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), mapped,
-                     stream);
-    }
+    err = RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), b, stream);
   } else {
     err = RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
   }

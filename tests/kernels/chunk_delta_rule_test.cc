@@ -64,6 +64,8 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{false, 1, 263, 2, 128, 64, kOddLengths, 0, true, true, 34},
                       DeltaCase{false, 1, 263, 2, 64, 128, kOddLengths, 0, false, false, 35},
                       DeltaCase{false, 2, 150, 4, 128, 128, {}, 0, false, true, 36},
+                      // K = 192: the state passes' three-slice instantiations.
+                      DeltaCase{false, 1, 263, 3, 192, 128, kOddLengths, 0, true, true, 41},
                       // 64 heads: 256 mma.sync state-pass blocks, more than one per
                       // multiprocessor on the H200, where the launcher picks the backward pass's
                       // single-buffered variant (128 warpgroups of value columns: too few for the
@@ -79,7 +81,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // mma.sync state passes and RowTermsKernel where the column passes and
                       // RowTermsWgmmaKernel would run.
                       DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 51, true},
-                      DeltaCase{false, 1, 263, 14, 64, 128, kOddLengths, 0, true, true, 52, true}),
+                      DeltaCase{false, 1, 263, 14, 64, 128, kOddLengths, 0, true, true, 52, true},
+                      // ... and the split backward pass (K = 256) copying by cp.async.
+                      DeltaCase{false, 2, 77, 1, 256, 256, {}, 0, true, true, 53, true}),
     [](const ::testing::TestParamInfo<DeltaCase>& info) { return DeltaCaseName(info.param); });
 
 }  // namespace
