@@ -131,6 +131,31 @@ __device__ inline void StoreRows(bf16* dst, int64_t ld, const WarpAcc16& acc, in
   }
 }
 
+// acc[t] += A B_t, a 64-deep product for each of the warp's kT column tiles (B_t: columns 32 t of
+// b, row-major, at the warp's first column WarpCol()), each fragment of A (a swizzled tile at row,
+// or with kTrans column, a_offset) loaded once for all of them. (The passes' shared-memory loads
+// are mostly ldmatrix's, and their LSU data pipe is busy: 80% in StateForwardKernel<2, 32, true>
+// at (2, 16384, 16, 128) by ncu. Loading each fragment once -- here, in ProductBf16Pair and in
+// AddTransposedProductBf16 -- took StateForwardKernel<4, 64, true> at (8, 4096, 8, 256) from 583
+// to 573 us and left the others as they were.)
+template <bool kTrans, int kT>
+__device__ __forceinline__ void MmaSwizzledColumns(WarpAcc16 (&acc)[kT], const bf16* a_tile,
+                                                   int a_offset, const bf16* b, int ldb) {
+  const SwizzledAOperand<kTrans> ao(ptx::SharedAddr(a_tile), a_offset);
+#pragma unroll
+  for (int s = 0; s < kBT / 16; ++s) {
+    uint32_t fa[4];
+    ao.Load(fa, 0, s);
+#pragma unroll
+    for (int t = 0; t < kT; ++t) {
+      const tile::Bf16BOperand<true> bo(b + 32 * t, ldb);
+      uint32_t fb[4];
+      bo.Load(fb, 16 * s);
+      tile::MmaWarp16Step(acc[t], fa, fb);
+    }
+  }
+}
+
 // The K x kBV state slice of a block (K = 64 kNk), in registers: warp w holds, for each 64-row
 // slice j of K, the 16 x 16 tiles at rows 64 j + WarpRow(), columns WarpCol() + 32 t. So the
 // chunk's j-th 64-wide tile of K (or Q) updates kBV / 32 tiles per warp. The passes are
@@ -192,14 +217,24 @@ struct StateTiles {
     }
   }
   // part[j][t] += (64-wide tile j of a bf16 [64 x K] chunk operand)^T b, b a 64 x kBV bf16 tile
-  // (leading dimension kLdSb).
+  // (leading dimension kLdSb). Each B fragment of b is loaded once for every j (see
+  // MmaSwizzledColumns).
   __device__ void AddTransposedProductBf16(const bf16* tiles, const bf16* b) {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) {
+    for (int t = 0; t < kT; ++t) {
+      const tile::Bf16BOperand<true> bo(b + Col(t), kLdSb);
 #pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        MmaSwizzledWarp16<true, true>(part[j][t], tiles + j * kSwizzledTile, WarpRow(), b + Col(t),
-                                      kLdSb);
+      for (int s = 0; s < kBT / 16; ++s) {
+        uint32_t fb[4];
+        bo.Load(fb, 16 * s);
+#pragma unroll
+        for (int j = 0; j < kNk; ++j) {
+          const SwizzledAOperand<true> ao(ptx::SharedAddr(tiles + j * kSwizzledTile), WarpRow());
+          uint32_t fa[4];
+          ao.Load(fa, 0, s);
+          ptx::MmaM16N8K16Bf16(part[j][t].x, fa, fb[0], fb[1]);
+          ptx::MmaM16N8K16Bf16(part[j][t].x + 4, fa, fb[2], fb[3]);
+        }
       }
     }
   }
@@ -208,30 +243,28 @@ struct StateTiles {
   __device__ static void ProductBf16(WarpAcc16 (&acc)[kT], const bf16* tiles, const bf16* s) {
 #pragma unroll
     for (int j = 0; j < kNk; ++j) {
-#pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        MmaSwizzledWarp16<false, true>(acc[t], tiles + j * kSwizzledTile, WarpRow(),
-                                       s + j * kBT * kLdSb + Col(t), kLdSb);
-      }
+      MmaSwizzledColumns<false>(acc, tiles + j * kSwizzledTile, WarpRow(),
+                                s + j * kBT * kLdSb + WarpCol(), kLdSb);
     }
   }
   // ProductBf16 for two operands at once, a0 and a1 (acc0 += A0 S, acc1 += A1 S): each B
-  // fragment of S loaded once, the two accumulator chains independent.
+  // fragment of S and each A fragment loaded once, the accumulator chains independent.
   __device__ static void ProductBf16Pair(WarpAcc16 (&acc0)[kT], WarpAcc16 (&acc1)[kT],
                                          const bf16* a0, const bf16* a1, const bf16* s) {
 #pragma unroll
     for (int j = 0; j < kNk; ++j) {
+      const SwizzledAOperand<false> ao0(ptx::SharedAddr(a0 + j * kSwizzledTile), WarpRow()),
+          ao1(ptx::SharedAddr(a1 + j * kSwizzledTile), WarpRow());
 #pragma unroll
-      for (int t = 0; t < kT; ++t) {
-        const SwizzledAOperand<false> ao0(ptx::SharedAddr(a0 + j * kSwizzledTile), WarpRow()),
-            ao1(ptx::SharedAddr(a1 + j * kSwizzledTile), WarpRow());
-        const tile::Bf16BOperand<true> bo(s + j * kBT * kLdSb + Col(t), kLdSb);
+      for (int l = 0; l < kBT; l += 16) {
+        uint32_t fa0[4], fa1[4];
+        ao0.Load(fa0, 0, l / 16);
+        ao1.Load(fa1, 0, l / 16);
 #pragma unroll
-        for (int l = 0; l < kBT; l += 16) {
-          uint32_t fa0[4], fa1[4], fb[4];
+        for (int t = 0; t < kT; ++t) {
+          const tile::Bf16BOperand<true> bo(s + j * kBT * kLdSb + Col(t), kLdSb);
+          uint32_t fb[4];
           bo.Load(fb, l);
-          ao0.Load(fa0, 0, l / 16);
-          ao1.Load(fa1, 0, l / 16);
           tile::MmaWarp16Step(acc0[t], fa0, fb);
           tile::MmaWarp16Step(acc1[t], fa1, fb);
         }
@@ -569,7 +602,10 @@ __global__ void __launch_bounds__(kThreads, !kOutput && (kBV == 32 || kNk <= 2) 
 #pragma unroll
       for (int c = 0; c < kT; ++c) {
         if (b.gated) ScaleRows(o[c], gamma_a, gamma_b);
-        MmaSwizzledWarp16<false, true>(o[c], t.M, WarpRow(), ut_raw + WarpCol() + 32 * c, kLdSb);
+      }
+      MmaSwizzledColumns<false>(o, t.M, WarpRow(), ut_raw + WarpCol(), kLdSb);
+#pragma unroll
+      for (int c = 0; c < kT; ++c) {
         o[c].Scale(p.scale);
         StoreRows(o_chunk + int64_t{ci} * o_step + 32 * c, p.v_strides.token, o[c], rows);
       }
@@ -748,11 +784,8 @@ __global__ void __launch_bounds__(kThreads, !kMtdO && ((kBV == 32 && kNk <= 2) |
     WarpAcc16 mtdo[kMtdO ? kT : 1];  // kMtdO: M^T dO (after K dS, which the chain waits for)
     if constexpr (kMtdO) {
 #pragma unroll
-      for (int c = 0; c < kT; ++c) {
-        mtdo[c].Zero();
-        MmaSwizzledWarp16<true, true>(mtdo[c], t.M, WarpRow(), t.d_o + StateTiles<kNk, kBV>::Col(c),
-                                      kBV);
-      }
+      for (int c = 0; c < kT; ++c) mtdo[c].Zero();
+      MmaSwizzledColumns<true>(mtdo, t.M, WarpRow(), t.d_o + WarpCol(), kBV);
     }
     // scale diag(gamma) dO in bf16, eight columns (16 bytes) a thread at a time (element by
     // element, a 2-byte shared load and store and an exp each, the pass took 887 us instead of

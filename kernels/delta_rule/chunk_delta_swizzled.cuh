@@ -255,23 +255,6 @@ struct SwizzledAOperand {
   }
 };
 
-// acc += A B by one warp over 64 k: A from a swizzled tile (SwizzledAOperand<kTrans> at a_offset),
-// B from a padded bf16 tile (tile::Bf16BOperand, leading dimension ldb).
-template <bool kTrans, bool kBRowMajor>
-__device__ __forceinline__ void MmaSwizzledWarp16(tile::WarpAcc16& acc, const bf16* a_tile,
-                                                  int a_offset, const bf16* b, int ldb) {
-  const SwizzledAOperand<kTrans> ao(ptx::SharedAddr(a_tile), a_offset);
-  const tile::Bf16BOperand<kBRowMajor> bo(b, ldb);
-#pragma unroll
-  for (int s = 0; s < kBT / 16; ++s) {
-    uint32_t fa[4], fb[4];
-    ao.Load(fa, 0, s);
-    bo.Load(fb, 16 * s);
-    ptx::MmaM16N8K16Bf16(acc.x, fa, fb[0], fb[1]);
-    ptx::MmaM16N8K16Bf16(acc.x + 4, fa, fb[2], fb[3]);
-  }
-}
-
 // Elements (r, c) and (r, c + 1) of a swizzled bf16 tile (c even), in one 4-byte load.
 __device__ __forceinline__ float2 SwizzledPairAt(uint32_t tile, int r, int c) {
   const uint32_t w = ptx::LoadShared(tile + SwizzledAt(r, c));
