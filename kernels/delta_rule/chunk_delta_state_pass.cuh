@@ -232,8 +232,7 @@ struct StateTiles {
           const SwizzledAOperand<true> ao(ptx::SharedAddr(tiles + j * kSwizzledTile), WarpRow());
           uint32_t fa[4];
           ao.Load(fa, 0, s);
-          ptx::MmaM16N8K16Bf16(part[j][t].x, fa, fb[0], fb[1]);
-          ptx::MmaM16N8K16Bf16(part[j][t].x + 4, fa, fb[2], fb[3]);
+          tile::MmaWarp16Step(part[j][t], fa, fb);
         }
       }
     }
