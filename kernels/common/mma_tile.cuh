@@ -10,7 +10,6 @@
 #include <cuda_bf16.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/common/ptx.cuh"
 
@@ -20,19 +19,22 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kLdBf16 = 72;  // leading dimension of a 64-wide bf16 tile: 64 x 72 x 2 = 9216 B
 constexpr int kLdF32 = 68;   // leading dimension of a 64-wide fp32 tile: 64 x 68 x 4 = 17408 B
+// A split tile: a 64 x 64 fp32 operand as bf16 hi + lo parts side by side in one tile, row i =
+// hi(x_i) in columns [0, 64), lo(x_i) in [64, 128) (StoreSplitBf16Pair; lo_step kSplitLoStep for
+// the products), 16 bytes of padding: 64 x 136 x 2 = 17408 B, the size of an fp32 tile, and rows
+// an odd number of 16-byte units apart, so that ldmatrix reads it without bank conflicts.
+constexpr int kSplitLoStep = 64;
+constexpr int kLdSplit = 2 * kSplitLoStep + 8;
 
-// TF32 products (MmaTf32Acc64, and MmaTf32Bf16Acc64 with a bf16 operand) take fp32 tiles
-// whose values are already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each
-// 32-bit operand, so a kernel rounds a value once where it stages or produces an operand tile
+// TF32 products (MmaStep, from Tf32AOperand and Tf32BOperand fragments) take fp32 operands whose
+// values are already TF32 (10-bit mantissa): the tensor cores read the top 19 bits of each 32-bit
+// operand, so a kernel rounds a value once where it stages or produces an operand tile
 // (RoundTf32) instead of once per fragment load (each element is loaded by two to four warps).
 // An operand left unrounded is truncated: a bias of up to one TF32 ulp, not a fault.
 __device__ __forceinline__ float RoundTf32(float x) {
   uint32_t r;  // round to nearest, ties away from zero; the low 13 bits come back zero
   asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
   return __uint_as_float(r);
-}
-__device__ __forceinline__ float4 RoundTf32(float4 v) {
-  return make_float4(RoundTf32(v.x), RoundTf32(v.y), RoundTf32(v.z), RoundTf32(v.w));
 }
 
 // One butterfly step of the quad transposes (a quad's four lanes trading values so that each
@@ -60,10 +62,6 @@ struct WarpAcc16 {
   __device__ __forceinline__ void Scale(float f) {
 #pragma unroll
     for (int e = 0; e < 8; ++e) x[e] *= f;
-  }
-  __device__ __forceinline__ void RoundToTf32() {
-#pragma unroll
-    for (int e = 0; e < 8; ++e) x[e] = RoundTf32(x[e]);
   }
   // From / to a 16 x 16 tile of a shared-memory matrix at c (leading dimension ldc, 8-byte
   // aligned rows).
@@ -226,11 +224,6 @@ struct Acc64 {
 #pragma unroll
     for (int i = 0; i < 2; ++i) part[i].Load(c + Row(i) * ldc + Col(), ldc);
   }
-  // Rounds C to TF32, for a product that becomes an operand.
-  __device__ __forceinline__ void RoundToTf32() {
-    part[0].RoundToTf32();
-    part[1].RoundToTf32();
-  }
   __device__ __forceinline__ void Scale(float f) {
     part[0].Scale(f);
     part[1].Scale(f);
@@ -271,6 +264,9 @@ struct Acc64 {
 #pragma unroll
     for (int i = 0; i < 2; ++i) part[i].StoreBf16(c + Row(i) * ldc + Col(), ldc);
   }
+  // c = C as a split tile (hi at c, lo at c + kSplitLoStep; ldc even), each warp writing only its
+  // own tiles.
+  __device__ __forceinline__ void StoreSplitBf16(bf16* c, int ldc) const;
   // c = C as bf16, a 64 x 64 block of a row-major matrix in global memory (c and ldc 8-element
   // aligned), in 16-byte stores (WarpAcc16::StoreBf16Global16B).
   __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
@@ -311,6 +307,12 @@ __device__ __forceinline__ void StoreSplitBf16Pair(bf16* hi_at, bf16* lo_at, flo
   const float2 h = __bfloat1622float2(hi);
   *reinterpret_cast<__nv_bfloat162*>(hi_at) = hi;
   *reinterpret_cast<__nv_bfloat162*>(lo_at) = __floats2bfloat162_rn(x0 - h.x, x1 - h.y);
+}
+
+__device__ __forceinline__ void Acc64::StoreSplitBf16(bf16* c, int ldc) const {
+  ForEachPairAt(ldc, [&](int at, float x0, float x1) {
+    StoreSplitBf16Pair(c + at, c + at + kSplitLoStep, x0, x1);
+  });
 }
 
 // Elements (r, col) and (r, col + 1) of a bf16 tile of leading dimension kLdBf16 (col even), in one
@@ -407,38 +409,6 @@ struct PartK {
   __device__ __forceinline__ bool Has(int i, int l) const { return l >= begin[i] && l < end[i]; }
 };
 
-// acc += A[64 x kd] B[kd x 64] from fp32 tiles of TF32 values: for kernels whose operands are
-// fp32 scratch, where bf16 would cost accuracy. Layout flags as Mma (fp32 leading dimensions a
-// multiple of 4, tiles 16-byte aligned; kd a multiple of 8, or k: PartK).
-template <bool kARowMajor, bool kBRowMajor, typename KSteps>
-__device__ __forceinline__ void MmaTf32Acc64Steps(Acc64& acc, KSteps k, const float* a, int lda,
-                                                  const float* b, int ldb) {
-  const int col = Acc64::Col();
-  const Tf32BOperand<kBRowMajor> bo(kBRowMajor ? b + col : b + col * ldb, ldb);
-  const Tf32AOperand<kARowMajor> a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
-  const Tf32AOperand<kARowMajor> a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
-#pragma unroll 4
-  for (int l = k.Begin(); l < k.End(); l += 8) {
-    uint32_t fb[4], fa0[4], fa1[4];
-    bo.Load(fb, l);
-    // Both loads before both products (the asm is volatile: this is the order they issue in).
-    if (k.Has(0, l)) a0.Load(fa0, l);
-    if (k.Has(1, l)) a1.Load(fa1, l);
-    if (k.Has(0, l)) MmaStep(acc.part[0], fa0, fb);
-    if (k.Has(1, l)) MmaStep(acc.part[1], fa1, fb);
-  }
-}
-template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, int kd, const float* a, int lda,
-                                             const float* b, int ldb) {
-  MmaTf32Acc64Steps<kARowMajor, kBRowMajor>(acc, FullK{kd}, a, lda, b, ldb);
-}
-template <bool kARowMajor, bool kBRowMajor>
-__device__ __forceinline__ void MmaTf32Acc64(Acc64& acc, const PartK& k, const float* a, int lda,
-                                             const float* b, int ldb) {
-  MmaTf32Acc64Steps<kARowMajor, kBRowMajor>(acc, k, a, lda, b, ldb);
-}
-
 // Operand fragments of a warp's m16n8k16 bf16 product step (two n8 halves), read with ldmatrix
 // (.trans for the layouts stored the other way): every layout reads 8 x 16-byte rows, so rows
 // must be 16-byte aligned (leading dimension a multiple of 8; kLdBf16 spreads them over the banks).
@@ -480,98 +450,6 @@ struct Bf16BOperand {
     }
   }
 };
-
-// TF32 products of an fp32 A of TF32 values and a bf16 B (bf16 values are exact in TF32): for a
-// product whose other operand is bf16 (half the traffic and shared memory) but whose fp32 factor
-// should be rounded only to TF32. A bf16 ldmatrix.trans of B gives lane (g, t) rows 2t and 2t + 1
-// of column g in one register, where the TF32 fragment wants rows t and t + 4. A product sums
-// over k in any order, so each TF32 k step reads k slot t as row 2t and slot t + 4 as row 2t + 1
-// -- in both operands: lane (g, t)'s a0, a2 (a1, a3) are A(g, 2t), A(g, 2t + 1) (of row g + 8),
-// and one ldmatrix.x4 covers the B of two k steps.
-//
-// A's pairs at k offset l: p[2h], p[2h + 1] = A(8h + g, l + 2t), A(8h + g, l + 2t + 1).
-// Row-major A, A(i, l) = a[i * lda + l]: one 8-byte load per pair; lda = 8 mod 32 is conflict-free.
-struct Tf32RowPairs {
-  uint32_t base;
-  int lda;
-  __device__ __forceinline__ Tf32RowPairs(const float* a, int lda_) : lda(lda_) {
-    const int lane = threadIdx.x % 32;
-    base = ptx::SharedAddr(a + lane / 4 * lda + lane % 4 * 2);
-  }
-  __device__ __forceinline__ void Load(uint32_t (&p)[4], int l) const {
-    const float2 lo = ptx::LoadShared2(base + 4 * l);
-    const float2 hi = ptx::LoadShared2(base + 4 * (l + 8 * lda));
-    p[0] = __float_as_uint(lo.x), p[1] = __float_as_uint(lo.y);
-    p[2] = __float_as_uint(hi.x), p[3] = __float_as_uint(hi.y);
-  }
-};
-// Transposed A, A(i, l) = a[l * lda + i]: two 4-byte loads per pair; lda = 4 mod 16 spreads each
-// load over all 32 banks.
-struct Tf32ColumnPairs {
-  uint32_t base;
-  int lda;
-  __device__ __forceinline__ Tf32ColumnPairs(const float* a, int lda_) : lda(lda_) {
-    const int lane = threadIdx.x % 32;
-    base = ptx::SharedAddr(a + lane % 4 * 2 * lda + lane / 4);
-  }
-  __device__ __forceinline__ void Load(uint32_t (&p)[4], int l) const {
-    const uint32_t at = base + 4 * l * lda;
-    p[0] = ptx::LoadShared(at);
-    p[1] = ptx::LoadShared(at + 4 * lda);
-    p[2] = ptx::LoadShared(at + 4 * 8);
-    p[3] = ptx::LoadShared(at + 4 * (lda + 8));
-  }
-};
-// The A fragment of a TF32 k step from the pairs (layout flag as Mma).
-template <bool kRowMajor>
-struct Tf32PairedAOperand {
-  std::conditional_t<kRowMajor, Tf32RowPairs, Tf32ColumnPairs> pairs;
-  __device__ __forceinline__ Tf32PairedAOperand(const float* a, int lda) : pairs(a, lda) {}
-  __device__ __forceinline__ void Load(uint32_t (&f)[4], int l) const {
-    uint32_t p[4];
-    pairs.Load(p, l);
-    f[0] = p[0], f[2] = p[1], f[1] = p[2], f[3] = p[3];
-  }
-};
-
-// acc += A[64 x kd] B[kd x 64], C in registers (Acc64), A fp32 of TF32 values (row-major: lda =
-// 8 mod 32; kARowMajor false, A(i, l) = a[l * lda + i]: lda = 4 mod 16) and B a row-major bf16
-// tile; kd a multiple of 16 (or k: PartK). For a product whose fp32 factor is the left one: no
-// widened copy of the bf16 tile, one ldmatrix per 16 k for B.
-template <bool kARowMajor, typename KSteps>
-__device__ __forceinline__ void MmaTf32Bf16Acc64Steps(Acc64& acc, KSteps k, const float* a, int lda,
-                                                      const bf16* b, int ldb) {
-  using AOperand = Tf32PairedAOperand<kARowMajor>;
-  const Bf16BOperand<true> bo(b + Acc64::Col(), ldb);
-  const AOperand a0(kARowMajor ? a + Acc64::Row(0) * lda : a + Acc64::Row(0), lda);
-  const AOperand a1(kARowMajor ? a + Acc64::Row(1) * lda : a + Acc64::Row(1), lda);
-#pragma unroll 2
-  for (int l0 = k.Begin(); l0 < k.End(); l0 += 16) {
-    uint32_t pairs[4];
-    bo.Load(pairs, l0);
-#pragma unroll
-    for (int s = 0; s < 2; ++s) {
-      // pairs[s], pairs[2 + s]: columns g and g + 8 at rows 8s + 2t, 8s + 2t + 1.
-      const uint32_t fb[4] = {pairs[s] << 16, pairs[s] & 0xffff0000u, pairs[2 + s] << 16,
-                              pairs[2 + s] & 0xffff0000u};
-      uint32_t fa0[4], fa1[4];
-      if (k.Has(0, l0)) a0.Load(fa0, l0 + 8 * s);
-      if (k.Has(1, l0)) a1.Load(fa1, l0 + 8 * s);
-      if (k.Has(0, l0)) MmaStep(acc.part[0], fa0, fb);
-      if (k.Has(1, l0)) MmaStep(acc.part[1], fa1, fb);
-    }
-  }
-}
-template <bool kARowMajor = true>
-__device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, int kd, const float* a, int lda,
-                                                 const bf16* b, int ldb) {
-  MmaTf32Bf16Acc64Steps<kARowMajor>(acc, FullK{kd}, a, lda, b, ldb);
-}
-template <bool kARowMajor = true>
-__device__ __forceinline__ void MmaTf32Bf16Acc64(Acc64& acc, const PartK& k, const float* a,
-                                                 int lda, const bf16* b, int ldb) {
-  MmaTf32Bf16Acc64Steps<kARowMajor>(acc, k, a, lda, b, ldb);
-}
 
 // MmaBf16Acc64's b_fragment that leaves the fragment as loaded.
 struct KeepBFragment {

@@ -3,11 +3,12 @@
 // accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the bf16
 // queries and keys (the inputs, or their l2norm rounded as the inputs were), W, U, the new values
 // Ut, the gradients dW and dUt, and the per-chunk states -- and the bf16 inputs. Products of bf16
-// values run in bf16 (exact); those with fp32 scratch in TF32; the state passes multiply bf16
-// copies of the state they carry in fp32 (as fla's kernels do), and those copies are the
-// per-chunk states the later kernels read. So the precision is that of the fp32 reference up to
-// TF32 rounding of the factors and the bf16 rounding of the bf16 scratch (fla keeps the same
-// tensors in bf16).
+// values run in bf16 (exact); an fp32 factor enters bf16 products as a hi + lo pair (16 bits of
+// mantissa), but in the inverse (I + A)^-1, whose products split their factors into TF32 hi + lo,
+// and T, which it rounds to TF32; the state passes multiply bf16 copies of the state they carry
+// in fp32 (as fla's kernels do), and those copies are the per-chunk states the later kernels
+// read. So the precision is that of the fp32 reference up to the rounding of T and the bf16
+// rounding of the bf16 scratch (fla keeps the same tensors in bf16).
 //
 // Every kernel runs 256 threads (8 warps); the tile kernels work on 64 x 64 tiles (fp32: leading
 // dimension 68 or 72, see kLd and kLdT; bf16: 72) and loop over K and V in 64-wide slices (K, V
@@ -166,6 +167,24 @@ __device__ inline void StoreMat(float* dst, const float* src) {
     const int r = idx / 16, c4 = idx % 16;
     *reinterpret_cast<float4*>(dst + r * kBT + c4 * 4) =
         *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
+  });
+}
+
+// A 64 x 64 fp32 tile (leading dimension kLd) as a split tile (bf16 hi + lo, tile::kLdSplit), by
+// the block, four columns a thread and step: exact for TF32 values (their 11 significant bits fit
+// in hi's 8 and lo's 8). Not synchronised.
+__device__ inline void StoreSplitTile(__nv_bfloat16* dst, const float* src) {
+  ForBlockItems<kThreads, kBT * 16>([&](int idx) {
+    const int r = idx / 16, c4 = idx % 16 * 4;
+    const float4 x = *reinterpret_cast<const float4*>(src + r * kLd + c4);
+    uint2 hi, lo;
+    __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&hi);
+    __nv_bfloat16* l = reinterpret_cast<__nv_bfloat16*>(&lo);
+    tile::StoreSplitBf16Pair(h, l, x.x, x.y);
+    tile::StoreSplitBf16Pair(h + 2, l + 2, x.z, x.w);
+    __nv_bfloat16* at = dst + r * tile::kLdSplit + c4;
+    *reinterpret_cast<uint2*>(at) = hi;
+    *reinterpret_cast<uint2*>(at + tile::kSplitLoStep) = lo;
   });
 }
 

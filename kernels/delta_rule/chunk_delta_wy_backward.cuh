@@ -67,20 +67,31 @@ struct WYProductSteps {
 // in registers as bf16 products,
 //   dT^T = diag(beta) (diag(gamma) K dW^T + V dUt^T)
 // (the gamma scaling applied between the K and the V slices), the V slices also giving dY = T^T
-// dUt, an fp32 x bf16 product (T read transposed) that leaves from the registers as dv, with v.dY
-// against the v tile as copied. Once dA is whole, (dW, K, dk_r) again: dX = T^T dW formed a second
-// time (a 64 x 64 x 64 product; stored and read back in fp32 it cost more in memory traffic), and
-// dk finished on its accumulator. (With dX and dA in fp32 scratch for a kernel of their own, that
-// kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now 941.)
+// dUt, a product of T's split tile (read transposed) and the slice that leaves from the registers
+// as dv, with v.dY against the v tile as copied. Once dA is whole, (dW, K, dk_r) again: dX = T^T dW
+// formed a second time (a 64 x 64 x 64 product; stored and read back in fp32 it cost more in memory
+// traffic), and dk finished on its accumulator. (With dX and dA in fp32 scratch for a kernel of
+// their own, that kernel and this one took 1240 + 784 us per call at (1,8192,96,128); this one now
+// 941.)
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   extern __shared__ float4 smem4[];
-  // T and dT at leading dimension kLd (T read transposed by the slices' paired loads and as
-  // ldmatrix rows in dT T^T; dT written transposed and read by ldmatrix: conflict-free at 4 mod
-  // 32), Z at kLdT (the row-major B of T^T Z). Once Z is formed, KD takes dT's place and then
-  // each slice's dk_r; dAb + dAb^T takes Z's (a row-major TF32 A operand: kLdT).
-  float* T = reinterpret_cast<float*>(smem4);
-  float* x = T + kTile;  // dT; KD; dk_r
-  float* y = x + kTile;  // the second buffer of the first passes; Z; dAb + dAb^T
+  // The fp32 operands T, dT, Z and dAb + dAb^T as split tiles (bf16 hi + lo, tile::kLdSplit),
+  // which ldmatrix reads as stored or transposed: T (copied in fp32 into x, split from there
+  // before the first pass); in x, dT (stored as dT^T), then KD and each slice's dk_r (fp32, kLd);
+  // in y, the second buffer of the first passes, then Z, then dAb + dAb^T. As TF32 tiles, read by
+  // scalar loads, these operands and the row dots' pairs took 40 M plain shared-memory loads per
+  // call at (1,8192,96,128), beside 7.7 M ldmatrix; as split tiles the kernel takes 809 us there
+  // instead of 825. (T split by ChunkPrepare, which stores it, cost that kernel as much time as it
+  // saved here.)
+  using tile::kLdSplit;
+  using tile::kSplitLoStep;
+  static_assert(kBT * kLdSplit * sizeof(bf16) <= kTile * sizeof(float), "a split tile fits");
+  bf16* T = reinterpret_cast<bf16*>(smem4);
+  float* x = reinterpret_cast<float*>(smem4) + kTile;  // T (fp32); dT (split); KD; dk_r
+  float* y = x + kTile;  // the second buffer of the first passes; Z; dAb + dAb^T (split)
+  bf16* const dT = reinterpret_cast<bf16*>(x);
+  bf16* const Z = reinterpret_cast<bf16*>(y);
+  bf16* const dAb = Z;
   float* G = y + kBT * kLdT;
   float* beta = G + kBT;
   float* gamma = beta + kBT;
@@ -97,7 +108,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   const Chunk c = LocateChunk(p, chunk);
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
                   c.rows);
-  IssueMat<kLd>(T, b.s.T + Mat(p, chunk, h));
+  IssueMat<kLd>(x, b.s.T + Mat(p, chunk, h));
   // RowTerms' parts of dG, read at the very end: copied now, so that no block waits on memory
   // there (16 bytes a thread).
   if (threadIdx.x < p.k_dim / kBT * (kBT / 4)) {
@@ -129,14 +140,15 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     }
     __pipeline_commit();
   };
-  // T^T times a gradient slice, an fp32 x bf16 product (T read transposed), and the row dots of
+  // T^T times a gradient slice (T's split tile read transposed), and the row dots of
   // the product with the slice's rows (x: k or v; with by_gamma times gamma_row), onto the
   // earlier parts with `add`.
   const auto t_times = [&](const bf16* slice, const bf16* x, float* parts, bool add,
                            bool by_gamma) {
     Acc out;
     out.Zero();
-    tile::MmaTf32Bf16Acc64<false>(out, WYProductSteps::TransposedTSteps(), T, kLd, slice, kLdBf16);
+    tile::MmaSplitBf16Acc64<false, true>(out, WYProductSteps::TransposedTSteps(), T, kLdSplit,
+                                         kSplitLoStep, slice, kLdBf16);
     tile::StoreRowSumParts(
         parts,
         [&](int row, int col, int i, int e) {
@@ -150,6 +162,10 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   Acc dTt;  // dT^T
   dTt.Zero();
   issue(0);
+  // T (with G, beta and RowTerms' parts); slice 0 may still be on its way.
+  __pipeline_wait_prior(1);
+  __syncthreads();
+  StoreSplitTile(T, x);  // published by the loop's first barrier
   for (int n = 0; n < slices; ++n) {
     if (n + 1 < slices) {
       issue(n + 1);
@@ -175,37 +191,50 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   k_pieces.Issue(grad, dw_chunk, c.rows, 1);
   k_pieces.Issue(rows, k_chunk, c.rows, 1);
   __pipeline_commit();
-  // dT = tril(dT^T's transpose) into x (TF32: an operand), element (j, i) of dT^T to x[i][j].
-  dTt.Transform([&](int r, int col, float v) {
-    x[col * kLd + r] = col < c.rows && r <= col ? tile::RoundTf32(beta[r] * v) : 0.0f;
-    return v;
-  });
+  // dT = tril(dT^T's transpose), stored as dT^T (the products read it transposed).
+  dTt.Transform(
+      [&](int r, int col, float v) { return col < c.rows && r <= col ? beta[r] * v : 0.0f; });
+  dTt.StoreSplitBf16(dT, kLdSplit);
   __syncthreads();
-  Acc z;  // Z = dT T^T
+  // Z = dT T^T = (dT_hi + dT_lo) T_hi^T + dT_hi T_lo^T (lo x lo left out, as in each product
+  // of two split operands).
+  Acc z;
   z.Zero();
-  tile::MmaTf32Acc64<true, false>(z, WYProductSteps::ZSteps(), x, kLd, T, kLd);
-  z.RoundToTf32();
-  z.Store(y, kLdT);
+  tile::MmaSplitBf16Acc64<false, false>(z, WYProductSteps::ZSteps(), dT, kLdSplit, kSplitLoStep, T,
+                                        kLdSplit);
+  tile::MmaBf16Acc64<false, false>(z, WYProductSteps::ZSteps(), dT, kLdSplit, T + kSplitLoStep,
+                                   kLdSplit);
+  z.StoreSplitBf16(Z, kLdSplit);
   __syncthreads();  // Z is in; dT is free
   IssueMat<kLd>(x, b.s.KD + Mat(p, chunk, h));
   __pipeline_commit();
   Acc dA;  // -T^T Z, strict_tril taken below
   dA.Zero();
-  tile::MmaTf32Acc64<false, true>(dA, WYProductSteps::DASteps(), T, kLd, y, kLdT);
+  tile::MmaSplitBf16Acc64<false, true>(dA, WYProductSteps::DASteps(), T, kLdSplit, kSplitLoStep, Z,
+                                       kLdSplit);
+  tile::MmaBf16Acc64<false, true>(dA, WYProductSteps::DASteps(), T, kLdSplit, Z + kSplitLoStep,
+                                  kLdSplit);
   __pipeline_wait_prior(0);
   __syncthreads();  // KD (and the first slice) are in; Z is free
-  // t = dA * KD in dA's registers (KD is zero on and above the diagonal); dAb + dAb^T over Z:
-  // the thread of a lower element writes it and its mirror (and the diagonal's zero), so that
-  // every element is written once.
+  // t = dA * KD in dA's registers (KD is zero on and above the diagonal); dAb + dAb^T over Z
+  // (split): the thread of a lower element writes it and its mirror (and the diagonal's zero), so
+  // that every element is written once.
+  const auto put_ab = [&](int r, int col, bf16 hi, bf16 lo) {
+    dAb[r * kLdSplit + col] = hi;
+    dAb[r * kLdSplit + col + kSplitLoStep] = lo;
+  };
   dA.Transform([&](int r, int col, float v) {
     const bool lower = r < c.rows && col < r;
     const float da = lower ? -v : 0.0f;
     if (col < r) {
-      const float ab = tile::RoundTf32(beta[r] * da * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2));
-      y[r * kLdT + col] = ab;
-      y[col * kLdT + r] = ab;
+      const float ab = beta[r] * da * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2);
+      const bf16 hi = __float2bfloat16_rn(ab);
+      const bf16 lo = __float2bfloat16_rn(ab - __bfloat162float(hi));
+      put_ab(r, col, hi, lo);
+      put_ab(col, r, hi, lo);
     } else if (col == r) {
-      y[r * kLdT + r] = 0.0f;
+      const bf16 zero = __float2bfloat16_rn(0.0f);
+      put_ab(r, r, zero, zero);
     }
     return da * x[r * kLd + col];
   });
@@ -253,7 +282,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
         dk.part[i].x[e] += beta[r] * gamma[r] * dx.part[i].x[e];
       }
     }
-    tile::MmaTf32Bf16Acc64(dk, kBT, y, kLdT, rows, kLdBf16);
+    tile::MmaSplitBf16Acc64<true, true>(dk, kBT, dAb, kLdSplit, kSplitLoStep, rows, kLdBf16);
     if (p.qk_l2norm) {
       StoreAccRows(dk, dk_rows + k0, k_stride, c.rows);
     } else {
