@@ -7,8 +7,8 @@
 // beta_sigmoid); qk_l2norm is fla's use_qk_l2norm_in_kernel. Chunk 64, WY representation with
 // the triangular inverse, fp32 state and scratch, bf16 q, k, v, o and gradients.
 // K and V multiples of 64 (K <= 256); v, d_o and o 16-byte aligned with strides that are
-// multiples of 8. Chunk products on tensor cores in TF32 (chunk_delta_tiles.cuh); checked
-// against the fp32 naive recurrence by chunk_delta_rule_test.
+// multiples of 8. Chunk products on tensor cores in bf16, fp32 factors as bf16 hi + lo pairs
+// (chunk_delta_tiles.cuh); checked against the fp32 naive recurrence by chunk_delta_rule_test.
 #pragma once
 
 #include <cuda_runtime.h>

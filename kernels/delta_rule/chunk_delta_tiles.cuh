@@ -58,10 +58,9 @@ namespace flame::kernels::delta_chunk::tiles {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank conflicts
-// 64-wide fp32 tiles read as TF32 B operands or transposed A operands (four 32-bit loads per
-// fragment), or by the paired 8-byte loads of the fp32 x bf16 and transposed-B products:
-// conflict-free at a leading dimension of 8 mod 32. (kLd suits those read as stored: ldmatrix,
-// and the row pairs of the row-major B of the bf16 x TF32 products.)
+// The regions that hold a 64-wide fp32 tile at kLdT or, later, two bf16 tiles (2 x 64 x kLdBf16
+// x 2 bytes = 64 x kLdT x 4): ChunkPrepare's A and then T diag(f) split, WYBackward's second
+// slice buffer and then Z and dAb + dAb^T.
 constexpr int kLdT = kBT + 8;
 constexpr int kTile = kBT * kLd;  // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
