@@ -58,9 +58,9 @@ namespace flame::kernels::delta_chunk::tiles {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank conflicts
-// The regions that hold a 64-wide fp32 tile at kLdT or, later, two bf16 tiles (2 x 64 x kLdBf16
-// x 2 bytes = 64 x kLdT x 4): ChunkPrepare's A and then T diag(f) split, WYBackward's second
-// slice buffer and then Z and dAb + dAb^T.
+// kLdT sizes the regions (64 x kLdT floats) that hold an fp32 tile and, before or after it, two
+// bf16 tiles (2 x 64 x kLdBf16 x 2 bytes = 64 x kLdT x 4): ChunkPrepare's A, then T diag(f) as hi
+// and lo tiles; WYBackward's second slice buffer, then Z and dAb + dAb^T as split tiles.
 constexpr int kLdT = kBT + 8;
 constexpr int kTile = kBT * kLd;  // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
