@@ -46,6 +46,16 @@ __device__ __forceinline__ void QuadTrade(bool bit, T lo, T hi, int mask, T& kep
   got = __shfl_xor_sync(0xffffffffu, bit ? lo : hi, mask);
 }
 
+// x = hi + lo to 16 bits of mantissa, each a bf16 pair stored at hi_at and lo_at (4-byte
+// aligned): an fp32 operand for bf16 products at twice their work (A hi B + A lo B), which
+// ldmatrix reads in either layout where a TF32 operand takes scalar loads and a copy per layout.
+__device__ __forceinline__ void StoreSplitBf16Pair(bf16* hi_at, bf16* lo_at, float x0, float x1) {
+  const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+  const float2 h = __bfloat1622float2(hi);
+  *reinterpret_cast<__nv_bfloat162*>(hi_at) = hi;
+  *reinterpret_cast<__nv_bfloat162*>(lo_at) = __floats2bfloat162_rn(x0 - h.x, x1 - h.y);
+}
+
 // One warp's 16 x 16 fp32 accumulator as two m16n8 halves (the mma.sync accumulator layout, the
 // same for TF32 and bf16 inputs): lane (g, t) = (lane / 4, lane % 4) holds, for half h,
 // x[4h..4h+1] = C(g, 8h + 2t .. +1) and x[4h+2..4h+3] = C(g + 8, same columns).
@@ -266,7 +276,11 @@ struct Acc64 {
   }
   // c = C as a split tile (hi at c, lo at c + kSplitLoStep; ldc even), each warp writing only its
   // own tiles.
-  __device__ __forceinline__ void StoreSplitBf16(bf16* c, int ldc) const;
+  __device__ __forceinline__ void StoreSplitBf16(bf16* c, int ldc) const {
+    ForEachPairAt(ldc, [&](int at, float x0, float x1) {
+      StoreSplitBf16Pair(c + at, c + at + kSplitLoStep, x0, x1);
+    });
+  }
   // c = C as bf16, a 64 x 64 block of a row-major matrix in global memory (c and ldc 8-element
   // aligned), in 16-byte stores (WarpAcc16::StoreBf16Global16B).
   __device__ __forceinline__ void StoreBf16Global16B(bf16* c, int64_t ldc) const {
@@ -298,22 +312,6 @@ struct Acc64 {
     __syncwarp();
   }
 };
-
-// x = hi + lo to 16 bits of mantissa, each a bf16 pair stored at hi_at and lo_at (4-byte
-// aligned): an fp32 operand for bf16 products at twice their work (A hi B + A lo B), which
-// ldmatrix reads in either layout where a TF32 operand takes scalar loads and a copy per layout.
-__device__ __forceinline__ void StoreSplitBf16Pair(bf16* hi_at, bf16* lo_at, float x0, float x1) {
-  const __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
-  const float2 h = __bfloat1622float2(hi);
-  *reinterpret_cast<__nv_bfloat162*>(hi_at) = hi;
-  *reinterpret_cast<__nv_bfloat162*>(lo_at) = __floats2bfloat162_rn(x0 - h.x, x1 - h.y);
-}
-
-__device__ __forceinline__ void Acc64::StoreSplitBf16(bf16* c, int ldc) const {
-  ForEachPairAt(ldc, [&](int at, float x0, float x1) {
-    StoreSplitBf16Pair(c + at, c + at + kSplitLoStep, x0, x1);
-  });
-}
 
 // Elements (r, col) and (r, col + 1) of a bf16 tile of leading dimension kLdBf16 (col even), in one
 // 4-byte load.
