@@ -1,10 +1,11 @@
-// Warpgroup tensor-core products (wgmma, sm_90a only) with the left operand in registers: the
-// four warps of a warpgroup multiply a 64-row A, each warp holding its 16 rows as mma.sync's
-// m16n8k16 A fragment (a0..a3), by an N-column B that the tensor cores read straight from shared
-// memory, into fp32 accumulators laid out as mma.sync's m16n8 C tiles one after another: for
-// warp w, d[4 j + 2 h + b] is row 16 w + lane / 4 + 8 h, column 8 j + 2 (lane % 4) + b. So a
-// warp's accumulators of one product are its A fragments of the next (rounded to bf16), and B
-// is read once per warpgroup instead of once per warp (mma.sync: ldmatrix per warp).
+// Warpgroup tensor-core products (wgmma, sm_90a only) with the left operand in registers (or, for
+// MmaSharedA64, in shared memory): the four warps of a warpgroup multiply a 64-row A, each warp
+// holding its 16 rows as mma.sync's m16n8k16 A fragment (a0..a3), by an N-column B that the
+// tensor cores read straight from shared memory, into fp32 accumulators laid out as mma.sync's
+// m16n8 C tiles one after another: for warp w, d[4 j + 2 h + b] is row 16 w + lane / 4 + 8 h,
+// column 8 j + 2 (lane % 4) + b. So a warp's accumulators of one product are its A fragments of
+// the next (rounded to bf16), and B is read once per warpgroup instead of once per warp
+// (mma.sync: ldmatrix per warp).
 //
 // B is bf16 in the 128-byte swizzle layout (DescriptorSwizzle128): K-major B (stored N x K: each
 // 128-byte row holds 64 consecutive k of one column n) or N-major (kTransB: each row holds 64
@@ -126,5 +127,27 @@ struct RegAStep<128> {
 #endif
   }
 };
+
+// d += A B for one 64 x 64 x 16 step with A, too, read from shared memory: a is its descriptor
+// (DescriptorSwizzle128 of a K-major A, stored M x K: each 128-byte row holds 64 consecutive k of
+// one row m; a k step of 16 adds 32 bytes), b as MmaRegA's. No registers hold A, so a warpgroup
+// can issue it beside register-A products that keep their fragments.
+template <bool kTransB>
+__device__ __forceinline__ void MmaSharedA64(float (&d)[32], uint64_t a, uint64_t b) {
+#ifdef FLAME_WGMMA_DEVICE
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
+      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
+      "%27, %28, %29, %30, %31}, "
+      "%32, %33, p, 1, 1, 0, %34;\n}\n"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
+        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
+        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
+        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
+        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : "l"(a), "l"(b), "n"(int{kTransB}));
+#endif
+}
 
 }  // namespace flame::kernels::wgmma

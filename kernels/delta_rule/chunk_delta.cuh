@@ -103,7 +103,9 @@ inline cudaError_t BuildTileMaps(StepBase& b) {
   const uint64_t K = p.k_dim, V = p.v_dim, H = p.heads, R = TokenRows(p);
   const uint64_t mats = static_cast<uint64_t>(p.total_chunks) * H;
   // The copies' coordinates are 32-bit: the maps' rows must fit.
-  if (R > INT32_MAX || mats * std::max<uint64_t>(K, kBT) > INT32_MAX) return cudaErrorInvalidValue;
+  if (R > INT32_MAX || mats * std::max<uint64_t>(K, 2 * kBT) > INT32_MAX) {
+    return cudaErrorInvalidValue;
+  }
   constexpr uint64_t kEl = sizeof(__nv_bfloat16);
   const uint32_t token_box[3] = {kBT, 1, kBT}, tile_box[2] = {kBT, kBT};
   const auto token_map = [&](CUtensorMap* map, const void* base, uint64_t dim) {
@@ -120,8 +122,9 @@ inline cudaError_t BuildTileMaps(StepBase& b) {
       (err = token_map(&b.maps.kn, b.s.kn, K)) != cudaSuccess ||
       (err = token_map(&b.maps.qn, b.s.qn, K)) != cudaSuccess ||
       (err = token_map(&b.maps.ut, b.s.Ut, V)) != cudaSuccess ||
-      (err = token_map(&b.maps.dut, b.s.dUt, V)) != cudaSuccess ||
+      (err = token_map(&b.maps.dy, b.s.dY, V)) != cudaSuccess ||
       (err = rows_map(&b.maps.M, b.s.M, kBT, mats * kBT)) != cudaSuccess ||
+      (err = rows_map(&b.maps.dab, b.s.dAb, kBT, mats * 2 * kBT)) != cudaSuccess ||
       (err = rows_map(&b.maps.S, b.s.S, V, mats * K)) != cudaSuccess) {
     return err;
   }
@@ -394,15 +397,21 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
     return err;
   }
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;
+  // WYBackward first: RowTerms reads its dY and dAb + dAb^T and finishes dq and dk.
+  if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
+      cudaSuccess) {
+    return err;
+  }
   const dim3 row_terms(p.total_chunks * (p.k_dim / kBT), p.heads);
   if (b.warpgroup_products) {
     err = RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), b, stream);
   } else {
     err = RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
   }
-  if (err != cudaSuccess) return err;
-  if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
-      cudaSuccess) {
+  if (err != cudaSuccess ||
+      (err = RunTiles(tiles::RowGradSumsKernel,
+                      dim3(p.total_chunks, (p.heads + tiles::kSumHeads - 1) / tiles::kSumHeads), 0,
+                      b, stream)) != cudaSuccess) {
     return err;
   }
   if (p.qk_l2norm &&

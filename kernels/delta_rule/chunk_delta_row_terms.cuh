@@ -1,18 +1,19 @@
 // The backward's row terms of the chunked delta rule, per (chunk, 64-wide K slice, head), with S
 // and dS' the chunk's entering state and leaving-state gradient (formulas in chunk_delta_steps.h),
-// dMD = scale tril(dO Ut^T) * D and P = scale tril(dO Ut^T) * M:
-//   dW   = -dUt S^T                                         (bf16: WYBackward's operand)
+// dMD = scale tril(dO Ut^T) * D, P = scale tril(dO Ut^T) * M, and WYBackward's dY = T^T dUt and
+// dAb + dAb^T:
 //   dq   = scale diag(gamma) dO S^T + dMD K                 (complete: the WY form has no q)
-//   dk_r = diag(exp(G_L - G)) Ut dS'^T + dMD^T Q            (dk's row terms; WYBackward adds
-//                                                             the WY terms)
-//   and the slice's part of each row's dG:
+//   dk   = diag(exp(G_L - G)) Ut dS'^T + dMD^T Q + diag(beta gamma) dX + (dAb + dAb^T) K,
+//          dX = -dY S^T                                     (complete)
+//   and the slice's parts of each row's dG,
 //     scale gamma_i q_i.(S dO)_i - exp(G_L - G_i) k_i.dKd_i + [first slice] rowsum_i(P) -
-//     colsum_i(P) + [last row] gamma_L <S, dS'> + sum_m exp(G_L - G_m) k_m.dKd_m
-// dq is written as bf16 (as fp32 to the scratch with the l2norm, FinishRowsKernel's input), dk_r
-// as fp32; WYBackward sums the dG parts of the slices.
+//     colsum_i(P) + [last row] gamma_L <S, dS'> + sum_m exp(G_L - G_m) k_m.dKd_m,
+//   and of gamma_i k_i.dX_i (dbeta's; times beta_i, dG's)
+// dq and dk are written as bf16 (as fp32 to the scratch with the l2norm, FinishRowsKernel's
+// input); RowGradSumsKernel sums the slices' parts.
 //
 // One block per (chunk, K slice, head), the slices of a chunk adjacent in blockIdx.x: a block
-// loops over V for its slice only, and the chunk's dUt, Ut and dO tiles, which every slice reads,
+// loops over V for its slice only, and the chunk's dY, Ut and dO tiles, which every slice reads,
 // come from L2 for all but the first of the neighbouring blocks (one block looping over all K
 // slices re-read them per slice; at (8, 4096, 8, 256) the split took the kernel from 3.53 to
 // 3.01 ms per call on the H200). Every slice forms dO Ut^T (one product in five), which dq and
@@ -22,10 +23,10 @@
 // its epilogue's instructions were cut).
 //
 // Each V step copies its five bf16 tiles with cp.async, all in flight at once (S and dS' as the
-// state passes copied them, dO, Ut and dUt), and every product is a bf16 product accumulated in
-// registers over V; dW and S dO share the S fragments. After the loop dMD becomes two bf16 tiles
-// (hi + lo, StoreSplitBf16Pair), and dq and dk_r take their bf16 products with the slice's k and
-// q tiles onto the accumulators they started in.
+// state passes copied them, dO, Ut and dY), and every product is a bf16 product accumulated in
+// registers over V; dY S^T and S dO share the S fragments. After the loop dMD becomes two bf16
+// tiles (hi + lo, StoreSplitBf16Pair) while dAb + dAb^T's two arrive, and dq and dk take their
+// bf16 products with the slice's k and q tiles onto the accumulators they started in.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -38,41 +39,43 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-// Shared memory: the V step's five bf16 tiles (leading dimension kLdBf16), whose space dMD's two
-// bf16 tiles take after the loop; the slice's q and k tiles; M (bf16), the first slice's; G and
-// the rows' factors gamma and exp(G_L - G); the row parts of dG (four warps per row); P's column
-// sums (two warps per column); the warps' parts of <S, dS'> and of the decayed key sum.
+// Shared memory: the V step's five bf16 tiles (leading dimension kLdBf16: S, dS', dO, dY, Ut),
+// whose space dMD's two bf16 tiles (over S and dS') and dAb + dAb^T's (over dO and dY) take after
+// the loop; the slice's q and k tiles; M (bf16), the first slice's; G, beta and the rows' factors
+// gamma and exp(G_L - G); the row parts of dG and of gamma_i k_i.dX_i (four warps per row); P's
+// column sums (two warps per column); the warps' parts of <S, dS'> and of the decayed key sum.
 struct RowTermsLayout {
   static constexpr int kStep = 5 * kBf16Tile * 2;  // bytes
   static constexpr int kQK = kStep;
   static constexpr int kM = kQK + 2 * kBf16Tile * 2;
   static constexpr int kG = kM + kBf16Tile * 2;
-  static constexpr int kRowParts = kG + 3 * kBT * 4;
-  static constexpr int kColParts = kRowParts + tile::kAcc64ColumnTiles * kBT * 4;
+  static constexpr int kRowParts = kG + 4 * kBT * 4;
+  static constexpr int kKxParts = kRowParts + tile::kAcc64ColumnTiles * kBT * 4;
+  static constexpr int kColParts = kKxParts + tile::kAcc64ColumnTiles * kBT * 4;
   static constexpr int kWarpSums = kColParts + 2 * kBT * 4;
   static constexpr int kBytes = kWarpSums + 2 * kWarps * 4;
-  static_assert(2 * kBf16Tile * 2 <= kStep, "dMD's two tiles fit in the step's");
+  static_assert(4 * kBf16Tile * 2 <= kStep, "dMD's and dAb's tiles fit in the step's");
 };
 inline size_t RowTermsSmem() { return RowTermsLayout::kBytes; }
 
 // One V step's four products over its 64 columns, from the step's tiles (kLdBf16):
-//   sdo += dO S^T,  ndw += dUt S^T,  dkd += Ut dS'^T,  dm += dO Ut^T,
+//   sdo += dO S^T,  ys += dY S^T,  dkd += Ut dS'^T,  dm += dO Ut^T,
 // interleaved per 16-deep k step, so that their sixteen accumulator chains are independent and
 // every fragment is loaded once (dO's for two products, S's for two).
-__device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ndw, Acc& dkd, Acc& dm,
+__device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ys, Acc& dkd, Acc& dm,
                                                      const bf16* s, const bf16* ds, const bf16* d_o,
-                                                     const bf16* dut, const bf16* ut) {
+                                                     const bf16* dy, const bf16* ut) {
   using tile::Bf16AOperand, tile::Bf16BOperand;
   const int col = Acc::Col();
   // B(l, j) = X(j, l): the columns of the products are the rows of S, dS' and Ut.
   const Bf16BOperand<false> b_s(s + col * kLdBf16, kLdBf16), b_ds(ds + col * kLdBf16, kLdBf16),
       b_ut(ut + col * kLdBf16, kLdBf16);
-  Bf16AOperand<true> a_do[2], a_dut[2], a_ut[2];
+  Bf16AOperand<true> a_do[2], a_dy[2], a_ut[2];
 #pragma unroll
   for (int i = 0; i < 2; ++i) {
     const int row = Acc::Row(i) * kLdBf16;
     a_do[i] = {d_o + row, kLdBf16};
-    a_dut[i] = {dut + row, kLdBf16};
+    a_dy[i] = {dy + row, kLdBf16};
     a_ut[i] = {ut + row, kLdBf16};
   }
   using tile::MmaWarp16Step;
@@ -84,12 +87,12 @@ __device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ndw, Acc& dk
     b_ut.Load(fut, l);
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-      uint32_t fdo[4], fdut[4], fa_ut[4];
+      uint32_t fdo[4], fdy[4], fa_ut[4];
       a_do[i].Load(fdo, l);
-      a_dut[i].Load(fdut, l);
+      a_dy[i].Load(fdy, l);
       a_ut[i].Load(fa_ut, l);
       MmaWarp16Step(sdo.part[i], fdo, fs);
-      MmaWarp16Step(ndw.part[i], fdut, fs);
+      MmaWarp16Step(ys.part[i], fdy, fs);
       MmaWarp16Step(dkd.part[i], fa_ut, fds);
       MmaWarp16Step(dm.part[i], fdo, fut);
     }
@@ -103,17 +106,21 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   bf16* s = reinterpret_cast<bf16*>(at);
   bf16* ds = s + kBf16Tile;
   bf16* d_o = ds + kBf16Tile;
-  bf16* dut = d_o + kBf16Tile;
-  bf16* ut = dut + kBf16Tile;
+  bf16* dy = d_o + kBf16Tile;
+  bf16* ut = dy + kBf16Tile;
   bf16* dmd_hi = reinterpret_cast<bf16*>(at);  // after the loop: dMD = dmd_hi + dmd_lo
   bf16* dmd_lo = dmd_hi + kBf16Tile;
+  bf16* dab_hi = d_o;  // and dAb + dAb^T = dab_hi + dab_lo
+  bf16* dab_lo = dab_hi + kBf16Tile;
   bf16* q = reinterpret_cast<bf16*>(at + L::kQK);
   bf16* k = q + kBf16Tile;
   bf16* M = reinterpret_cast<bf16*>(at + L::kM);  // the first slice's
   float* G = reinterpret_cast<float*>(at + L::kG);
   float* gamma = G + kBT;
   float* decay = gamma + kBT;  // exp(G_L - G)
+  float* beta = decay + kBT;
   float* row_parts = reinterpret_cast<float*>(at + L::kRowParts);
+  float* kx_parts = reinterpret_cast<float*>(at + L::kKxParts);
   float* col_parts = reinterpret_cast<float*>(at + L::kColParts);  // [2][64]: P's column sums
   float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // [2][kWarps]
   const ChunkDeltaParams& p = b.p;
@@ -126,26 +133,27 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   const TokTilePieces qk_pieces(qk_stride);
   qk_pieces.Issue(q, b.s.qn + Tok(p, c.row, h, K) + k0, c.rows, 1);
   qk_pieces.Issue(k, b.s.kn + Tok(p, c.row, h, K) + k0, c.rows, 1);
-  IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
+  IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
+                  c.rows);
   if (first_slice) {
     TokTilePieces(kBT).Issue(M, b.s.M + Mat(p, chunk, h), kBT, 1);
   }
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
-  const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
+  const bf16* dy_chunk = TokPtr(b.s.dY, p, c, 0, h, V);
   const bf16* ut_chunk = TokPtr(b.s.Ut, p, c, 0, h, V);
   const int64_t tok_stride = int64_t{p.heads} * V;
   const bf16* d_o_chunk = p.d_o + In(p.v_strides, c.batch, c.t0, h);
-  // ut_pieces: the rows of Ut and of dUt.
+  // ut_pieces: the rows of Ut and of dY.
   const TokTilePieces d_o_pieces(p.v_strides.token), state_pieces(V), ut_pieces(tok_stride);
   float state_dot = 0.0f;
-  Acc sdo_dw[2], dkd, dm;  // S dO and -dW, dKd, dM / scale
-  sdo_dw[0].Zero(), sdo_dw[1].Zero(), dkd.Zero(), dm.Zero();
+  Acc sdo, ys, dkd, dm;  // S dO, dY S^T (= -dX), dKd, dM / scale
+  sdo.Zero(), ys.Zero(), dkd.Zero(), dm.Zero();
   for (int v0 = 0; v0 < V; v0 += kBT) {
     // The tiles' earlier readers are behind the barrier that ended the previous step.
     state_pieces.Issue(s, S + v0, kBT, 1);
     state_pieces.Issue(ds, dS + v0, kBT, 1);
-    ut_pieces.Issue(dut, dut_chunk + v0, c.rows, 1);
+    ut_pieces.Issue(dy, dy_chunk + v0, c.rows, 1);
     ut_pieces.Issue(ut, ut_chunk + v0, c.rows, 1);
     d_o_pieces.Issue(d_o, d_o_chunk + v0, c.rows, 1);
     __pipeline_commit();
@@ -155,13 +163,46 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       gamma[threadIdx.x] = expf(G[threadIdx.x]);
       decay[threadIdx.x] = expf(G[c.rows - 1] - G[threadIdx.x]);
     }
-    RowTermsStepProducts(sdo_dw[0], sdo_dw[1], dkd, dm, s, ds, d_o, dut, ut);
+    RowTermsStepProducts(sdo, ys, dkd, dm, s, ds, d_o, dy, ut);
     state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'> over this step's tiles
     __syncthreads();
   }
-  Acc& sdo = sdo_dw[0];
-  sdo_dw[1].Scale(-1.0f);
-  StoreAccRows(sdo_dw[1], TokPtr(b.s.dW, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  // dAb + dAb^T (WYBackward's hi and lo matrices), while dMD and the row parts form.
+  {
+    const TokTilePieces dab_pieces(kBT);
+    const bf16* dab = b.s.dAb + 2 * Mat(p, chunk, h);
+    dab_pieces.Issue(dab_hi, dab, kBT, 1);
+    dab_pieces.Issue(dab_lo, dab + kBT * kBT, kBT, 1);
+    __pipeline_commit();
+  }
+  // The rows' dG parts from S dO and dKd before they become dq and dk, scale gamma_i q_i.SdO_i
+  // - exp(G_L - G_i) k_i.dKd_i, and the lane's part of the decayed keys' sum (the last row's).
+  // The last row's own key term is in both with opposite signs (its decay is exp(0) = 1) and is
+  // left out of both: summed in different orders, the two would leave a rounding residue of
+  // k_L.dKd_L's size in a dG that strong decay makes near zero (da then failed its bar at
+  // gate normaliser 100).
+  float keys = 0.0f;
+  tile::StoreRowSumParts(row_parts, [&](int r, int col, int i, int e) {
+    const float2 qv = tile::TilePairAt(q, r, col), kv = tile::TilePairAt(k, r, col);
+    const float key =
+        r == c.rows - 1 ? 0.0f : decay[r] * (kv.x * dkd.part[i].x[e] + kv.y * dkd.part[i].x[e + 1]);
+    keys += key;
+    return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key;
+  });
+  // gamma_i k_i.dX_i = -gamma_i k_i.(dY S^T)_i; then dY S^T joins dk's accumulator, so that it is
+  // not held through dMD's forming (held there, the kernel spilled on sm_80).
+  tile::StoreRowSumParts(kx_parts, [&](int r, int col, int i, int e) {
+    const float2 kv = tile::TilePairAt(k, r, col);
+    return -gamma[r] * (kv.x * ys.part[i].x[e] + kv.y * ys.part[i].x[e + 1]);
+  });
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int r = Acc::ElementRow(i, e);
+      dkd.part[i].x[e] = decay[r] * dkd.part[i].x[e] - beta[r] * gamma[r] * ys.part[i].x[e];
+    }
+  }
   // dMD as the sum of two bf16 tiles over the step's (hi, and the rest of its fp32 value: 16
   // bits of mantissa, beyond TF32's 11), for bf16 products read by ldmatrix either way round.
   // Each decay exp(G_r - G_j) is one MUFU.EX2 (ptx::Exp2; terms past the diagonal, whose exponent
@@ -169,7 +210,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // per element around the loads of G took ~800 of the kernel's ~2100 SASS instructions (now
   // ~320). With them, the first slice's P = dM * M (strictly lower), summed over the lane's
   // rows and columns in registers (as a tile summed by rows and columns it took a 17 KB tile,
-  // and a loop of strided loads after a barrier).
+  // and a loop of strided loads after a barrier): rowsum_i(P) joins the row parts, colsum_i(P)
+  // has its own.
   float p_row[4] = {};  // [2 i + half]: row ElementRow(i, 2 half)
   float p_col[4] = {};  // [2 n8 + b]: column ElementCol(4 n8 + b)
 #pragma unroll
@@ -192,30 +234,20 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       }
     }
   }
-  // The rows' dG parts from S dO and dKd before they become dq and dk_r, scale gamma_i q_i.SdO_i
-  // - exp(G_L - G_i) k_i.dKd_i, and the lane's part of the decayed keys' sum (the last row's).
-  // The last row's own key term is in both with opposite signs (its decay is exp(0) = 1) and is
-  // left out of both: summed in different orders, the two would leave a rounding residue of
-  // k_L.dKd_L's size in a dG that strong decay makes near zero (da then failed its bar at
-  // gate normaliser 100). The first slice adds rowsum_i(P) (the lane's row sums, once per row).
-  float keys = 0.0f;
-  tile::StoreRowSumParts(row_parts, [&](int r, int col, int i, int e) {
-    const float2 qv = tile::TilePairAt(q, r, col), kv = tile::TilePairAt(k, r, col);
-    const float key =
-        r == c.rows - 1 ? 0.0f : decay[r] * (kv.x * dkd.part[i].x[e] + kv.y * dkd.part[i].x[e + 1]);
-    keys += key;
-    const float row_p = first_slice && e < 4 ? p_row[2 * i + e / 2] : 0.0f;
-    return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key +
-           row_p;
-  });
-  if (first_slice) tile::StoreColumnSumParts(col_parts, p_col);  // colsum_i(P)
+  if (first_slice) {
+    tile::StoreRowSumParts(
+        row_parts, [&](int, int, int i, int e) { return e < 4 ? p_row[2 * i + e / 2] : 0.0f; },
+        true);
+    tile::StoreColumnSumParts(col_parts, p_col);
+  }
   state_dot = WarpSum(state_dot);
   keys = WarpSum(keys);
   if (threadIdx.x % 32 == 0) {
     warp_sums[threadIdx.x / 32] = state_dot;
     warp_sums[kWarps + threadIdx.x / 32] = keys;
   }
-  __syncthreads();  // dMD and every part of dG are in
+  __pipeline_wait_prior(0);
+  __syncthreads();  // dMD, dAb + dAb^T and every row part are in
   sdo.Transform([&](int r, int, float v) { return p.scale * gamma[r] * v; });
   tile::MmaSplitBf16Acc64<true, true>(sdo, kBT, dmd_hi, kLdBf16, kBf16Tile, k, kLdBf16);
   if (p.qk_l2norm) {
@@ -223,9 +255,13 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   } else {
     StoreAccRows(sdo, p.dq + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
   }
-  dkd.Transform([&](int r, int, float v) { return decay[r] * v; });
   tile::MmaSplitBf16Acc64<false, true>(dkd, kBT, dmd_hi, kLdBf16, kBf16Tile, q, kLdBf16);
-  StoreAccRows(dkd, TokPtr(b.s.dk_rows, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  tile::MmaSplitBf16Acc64<true, true>(dkd, kBT, dab_hi, kLdBf16, kBf16Tile, k, kLdBf16);
+  if (p.qk_l2norm) {
+    StoreAccRows(dkd, TokPtr(b.s.dk_normed, p, c, 0, h, K) + k0, qk_stride, c.rows);
+  } else {
+    StoreAccRows(dkd, p.dk + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
+  }
   if (threadIdx.x < kBT) {
     const int r = threadIdx.x;
     float dG = tile::RowSum(row_parts, r);
@@ -236,6 +272,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       dG += gamma[r] * state + key_sum;
     }
     b.s.dG_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? dG : 0.0f;
+    b.s.kx_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? tile::RowSum(kx_parts, r) : 0.0f;
   }
 }
 

@@ -5,16 +5,19 @@
 // the four products of a V step as 64 x 64 wgmma products, the A fragments read once per warp (its
 // 16 rows), B read by the tensor cores once per warpgroup:
 //   warpgroup 0:  S dO += dO S^T,   dM += dO Ut^T      (A = dO for both; B = S, Ut)
-//   warpgroup 1:  dKd  += Ut dS'^T, dUt S^T            (B = dS', S; dW = -dUt S^T)
+//   warpgroup 1:  dKd  += Ut dS'^T, dY S^T             (B = dS', S; dX = -dY S^T)
 // and the epilogue splits the same way: warpgroup 0 forms dMD (two bf16 tiles, hi + lo, over the
-// first step buffer), P's sums and the query dots, warpgroup 1 stores dW and forms the key dots
-// (with dMD, P and the key dots in one warpgroup and only dW and the query dots in the other,
-// ncu's first stall was the barrier after the epilogue; this split took the kernel from 304.3 to
-// 301.9 us at (8, 2048, 16, 128)); after a barrier, warpgroup 0 finishes
-// dq = scale diag(gamma) S dO + dMD K and warpgroup 1 dk_r = diag(exp(G_L - G)) dKd + dMD^T Q,
-// each as eight 64 x 64 x 16 products (B: the key or query tile, N-major). A warpgroup
-// accumulator holds whole rows per warp (GroupAcc64), so the rows' dG parts need only a quad's
-// shuffles. The V steps' tiles are double-buffered (two blocks per multiprocessor).
+// first step buffer), P's sums and the query dots, warpgroup 1 the key dots and k . dX (with dMD,
+// P and the key dots in one warpgroup and only the query dots in the other, ncu's first stall was
+// the barrier after the epilogue; this split took the kernel from 304.3 to 301.9 us at (8, 2048,
+// 16, 128)); after a barrier, warpgroup 0 finishes dq = scale diag(gamma) S dO + dMD K and
+// warpgroup 1 dk = diag(exp(G_L - G)) dKd - diag(beta gamma) dY S^T + dMD^T Q + (dAb + dAb^T) K,
+// the products with dMD as eight 64 x 64 x 16 products (B: the key or query tile, N-major) and
+// the one with WYBackward's dAb + dAb^T (hi + lo tiles, copied in during the last V step) as
+// eight more with A, too, from shared memory, which both warpgroups issue (warpgroup 0's result
+// is not used: the same instructions in both, see below). A warpgroup accumulator holds whole
+// rows per warp (GroupAcc64), so the rows' dG parts need only a quad's shuffles. The V steps'
+// tiles are double-buffered (two blocks per multiprocessor).
 // The tiles are in the 128-byte swizzle layout (chunk_delta_swizzled.cuh), which the copy engine
 // fills (TileGroup: 908 -> 852 us at (1, 8192, 96, 128) against cp.async's whole 128-byte rows per
 // warp, which dO, with the caller's strides, still takes).
@@ -56,20 +59,22 @@ __device__ __forceinline__ float TileDotPart16B(uint32_t a, uint32_t b) {
   return sum;
 }
 
-// Shared memory: two V-step buffers of five swizzled tiles (S, dS', dO, dUt, Ut; after the
-// loop the first buffer holds dMD's hi and lo tiles), the slice's q and k tiles and the first
-// slice's M (swizzled); G, gamma and exp(G_L - G); the warpgroups' row parts of dG [2][64], the
-// P column sums of warpgroup 0's warps [4][64], the warps' parts of <S, dS'> [8] and of the decayed
-// key sum [4].
+// Shared memory: two V-step buffers of five swizzled tiles (S, dS', dO, dY, Ut; after the loop
+// the first buffer's S and dS' slots hold dMD's hi and lo tiles, and the dY and Ut slots of the
+// buffer that the last step leaves free hold dAb + dAb^T's), the slice's q and k tiles and the
+// first slice's M (swizzled); G, gamma, exp(G_L - G) and beta; the warpgroups' row parts of dG
+// [2][64] and warpgroup 1's gamma_i k_i . dX_i [64], the P column sums of warpgroup 0's warps
+// [4][64], the warps' parts of <S, dS'> [8] and of the decayed key sum [4].
 struct RowTermsWgmmaLayout {
-  enum StepTile { kS, kDS, kDO, kDUt, kUt, kStepTiles };
+  enum StepTile { kS, kDS, kDO, kDY, kUt, kStepTiles };
   static constexpr int kStep = kStepTiles * kSwizzledTileBytes;
   static constexpr int kQ = 2 * kStep;
   static constexpr int kK = kQ + kSwizzledTileBytes;
   static constexpr int kM = kK + kSwizzledTileBytes;
   static constexpr int kG = kM + kSwizzledTileBytes;
-  static constexpr int kRowParts = kG + 3 * kBT * 4;
-  static constexpr int kColParts = kRowParts + 2 * kBT * 4;
+  static constexpr int kRowParts = kG + 4 * kBT * 4;
+  static constexpr int kKx = kRowParts + 2 * kBT * 4;
+  static constexpr int kColParts = kKx + kBT * 4;
   static constexpr int kWarpSums = kColParts + 4 * kBT * 4;
   static constexpr int kBars = kWarpSums + 12 * 4;  // the copy barriers (8-byte aligned)
   static constexpr int kBytes = kBars + kCopyBarrierBytes;
@@ -86,7 +91,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   const uint32_t at_s = AlignedSharedBase(smem4, &at);
   float* G = reinterpret_cast<float*>(at + L::kG);
   float* gamma = G + kBT;
-  float* decay = gamma + kBT;                                      // exp(G_L - G)
+  float* decay = gamma + kBT;  // exp(G_L - G)
+  float* beta = decay + kBT;
+  float* kx_rows = reinterpret_cast<float*>(at + L::kKx);          // gamma_i k_i . dX_i
   float* row_parts = reinterpret_cast<float*>(at + L::kRowParts);  // [warpgroup][row]
   float* col_parts = reinterpret_cast<float*>(at + L::kColParts);  // [warp of group 0][column]
   float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // <S, dS'> [8], keys [4]
@@ -119,11 +126,12 @@ __global__ void __launch_bounds__(kThreads, 2)
       tiles.Block(at_s + L::kM, &b.maps.M, 0, MatRow(p, chunk, h), b.s.M + Mat(p, chunk, h), kBT);
     }
   }
-  IssueRowScalars(G, nullptr, b.s.G + Tok(p, c.row, h, 1), nullptr, p.heads, c.rows);
+  IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
+                  c.rows);
   const int64_t state_row = (int64_t{chunk} * p.heads + h) * K + k0;  // of S and dS as [.., V]
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
   const bf16* dS = b.s.dS + State(p, chunk, h) + int64_t{k0} * V;
-  const bf16* dut_chunk = TokPtr(b.s.dUt, p, c, 0, h, V);
+  const bf16* dy_chunk = TokPtr(b.s.dY, p, c, 0, h, V);
   const bf16* ut_chunk = TokPtr(b.s.Ut, p, c, 0, h, V);
   const bf16* d_o_chunk = p.d_o + In(p.v_strides, c.batch, c.t0, h);
   const auto issue_step = [&](int n) {
@@ -133,7 +141,7 @@ __global__ void __launch_bounds__(kThreads, 2)
     tiles.Block(buf + L::kS * kSwizzledTileBytes, &b.maps.S, v0, state_row, S + v0, V);
     tiles.Block(buf + L::kDS * kSwizzledTileBytes, &b.maps.dS, v0, state_row, dS + v0, V);
     IssueSwizzledTile(buf + L::kDO * kSwizzledTileBytes, d_o_chunk + v0, p.v_strides.token, c.rows);
-    tiles.Token(buf + L::kDUt * kSwizzledTileBytes, &b.maps.dut, v0, 1, h, row, dut_chunk + v0,
+    tiles.Token(buf + L::kDY * kSwizzledTileBytes, &b.maps.dy, v0, 1, h, row, dy_chunk + v0,
                 tok_stride, c.rows);
     tiles.Token(buf + L::kUt * kSwizzledTileBytes, &b.maps.ut, v0, 1, h, row, ut_chunk + v0,
                 tok_stride, c.rows);
@@ -144,28 +152,37 @@ __global__ void __launch_bounds__(kThreads, 2)
   // the B rows are the tiles' rows). Warpgroup 0's a0 and a1 are both dO, loaded twice so that
   // both warpgroups run the same instructions (a product under a branch on the warpgroup is
   // serialised, see below); passing one fragment set to both products was not measured.
-  const int a0 = group == 0 ? L::kDO : L::kUt, a1 = group == 0 ? L::kDO : L::kDUt;
+  const int a0 = group == 0 ? L::kDO : L::kUt, a1 = group == 0 ? L::kDO : L::kDY;
   const int b0 = group == 0 ? L::kS : L::kDS, b1 = group == 0 ? L::kUt : L::kS;
   const SwizzledAOperand<false> a0_op(at_s + a0 * kSwizzledTileBytes),
       a1_op(at_s + a1 * kSwizzledTileBytes);
   const uint64_t b0_desc = wgmma::DescriptorSwizzle128(at_s + b0 * kSwizzledTileBytes);
   const uint64_t b1_desc = wgmma::DescriptorSwizzle128(at_s + b1 * kSwizzledTileBytes);
-  GroupAcc64 acc0, acc1;  // group 0: S dO, dM / scale; group 1: dKd, dUt S^T
+  GroupAcc64 acc0, acc1;  // group 0: S dO, dM / scale; group 1: dKd, dY S^T
   acc0.Zero(), acc1.Zero();
   float state_dot = 0.0f;
   const int steps = V / kBT;
+  // dAb + dAb^T's hi and lo tiles (WYBackward's, [chunks x H x 2 x 64, 64]) come as a step of
+  // their own after the last, into the dY and Ut slots of the buffer it leaves free.
+  const uint32_t dab_tiles = at_s + (steps & 1) * L::kStep + L::kDY * kSwizzledTileBytes;
   issue_step(0);
   for (int n = 0; n < steps; ++n) {
     if (n + 1 < steps) {
       issue_step(n + 1);
       __pipeline_wait_prior(1);
     } else {
+      const TileGroup tiles(bar(steps & 1), 2);
+      const int64_t dab_row = 2 * MatRow(p, chunk, h);
+      const bf16* dab = b.s.dAb + 2 * Mat(p, chunk, h);
+      tiles.Block(dab_tiles, &b.maps.dab, 0, dab_row, dab, kBT);
+      tiles.Block(dab_tiles + kSwizzledTileBytes, &b.maps.dab, 0, dab_row + kBT, dab + kBT * kBT,
+                  kBT);
       __pipeline_wait_prior(0);
     }
     bar(n & 1).Wait(n >> 1);
     if (n == 0) bar(2).Wait(0);
-    if (c.rows < kBT) {  // dUt and Ut (adjacent), and the keys and queries (adjacent)
-      ZeroRowsPast(reinterpret_cast<bf16*>(at + (n & 1) * L::kStep + L::kDUt * kSwizzledTileBytes),
+    if (c.rows < kBT) {  // dY and Ut (adjacent), and the keys and queries (adjacent)
+      ZeroRowsPast(reinterpret_cast<bf16*>(at + (n & 1) * L::kStep + L::kDY * kSwizzledTileBytes),
                    2, c.rows);
       if (n == 0) ZeroRowsPast(reinterpret_cast<bf16*>(at + L::kQ), 2, c.rows);
     }
@@ -201,23 +218,29 @@ __global__ void __launch_bounds__(kThreads, 2)
   const int last = c.rows - 1;
   float row_value[2];  // the lane's part of its two rows' dG terms
   if (group == 1) {
-    acc1.ScaleRows([](int) { return -1.0f; });  // dW = -dUt S^T
-    acc1.StoreRows(TokPtr(b.s.dW, p, c, 0, h, K) + k0, qk_stride, c.rows);
     // The rows' key terms exp(G_L - G_i) k_i . dKd_i (the last row's left out of both sums, see
-    // RowTermsKernel).
-    float keys = 0.0f;
+    // RowTermsKernel), and gamma_i k_i . dX_i = -gamma_i k_i . (dY S^T)_i.
+    float keys = 0.0f, kx[2];
 #pragma unroll
     for (int hr = 0; hr < 2; ++hr) {
       const int r = GroupAcc64::Row(hr);
-      float key = 0.0f;
+      float key = 0.0f, k_ys = 0.0f;
 #pragma unroll
       for (int j = 0; j < 8; ++j) {
         const float2 kv = SwizzledPairAt(at_s + L::kK, r, GroupAcc64::Col(j));
         key += kv.x * acc0.d[4 * j + 2 * hr] + kv.y * acc0.d[4 * j + 2 * hr + 1];
+        k_ys += kv.x * acc1.d[4 * j + 2 * hr] + kv.y * acc1.d[4 * j + 2 * hr + 1];
       }
       const float k_term = r == last ? 0.0f : decay[r] * key;
       keys += k_term;
       row_value[hr] = -k_term;
+      kx[hr] = -gamma[r] * k_ys;
+    }
+#pragma unroll
+    for (int hr = 0; hr < 2; ++hr) {
+      kx[hr] += __shfl_xor_sync(0xffffffffu, kx[hr], 1);
+      kx[hr] += __shfl_xor_sync(0xffffffffu, kx[hr], 2);
+      if (threadIdx.x % 4 == 0) kx_rows[GroupAcc64::Row(hr)] = kx[hr];
     }
     keys = WarpSum(keys);
     if (threadIdx.x % 32 == 0) warp_sums[kWarps + warp - 4] = keys;
@@ -279,9 +302,13 @@ __global__ void __launch_bounds__(kThreads, 2)
   if (threadIdx.x % 32 == 0) warp_sums[warp] = state_dot;
   __syncthreads();  // dMD and every part of dG are in
 
-  // dq = scale diag(gamma) S dO + dMD K;  dk_r = diag(exp(G_L - G)) dKd + dMD^T Q (B = the key or
-  // query tile, N-major), dMD as hi + lo.
+  bar(steps & 1).Wait(steps >> 1);  // dAb + dAb^T's tiles are in
+
+  // dq = scale diag(gamma) S dO + dMD K;  dk = diag(exp(G_L - G)) dKd - diag(beta gamma) dY S^T +
+  // dMD^T Q + (dAb + dAb^T) K (B = the key or query tile, N-major), dMD and dAb + dAb^T as hi + lo.
   const uint64_t qk_desc = wgmma::DescriptorSwizzle128(at_s + (group == 0 ? L::kK : L::kQ));
+  const uint64_t k_desc = wgmma::DescriptorSwizzle128(at_s + L::kK);
+  const uint64_t dab_desc = wgmma::DescriptorSwizzle128(dab_tiles);
   uint32_t fh[4][4], fl[4][4];
   if (group == 0) {
     const SwizzledAOperand<false> md(dmd_hi);
@@ -292,13 +319,26 @@ __global__ void __launch_bounds__(kThreads, 2)
     const SwizzledAOperand<true> md(dmd_hi);
 #pragma unroll
     for (int s = 0; s < 4; ++s) md.Load(fh[s], 0, s), md.Load(fl[s], dmd_lo - dmd_hi, s);
-    acc0.ScaleRows([&](int r) { return decay[r]; });
+#pragma unroll
+    for (int j = 0; j < 8; ++j) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = GroupAcc64::Row(e / 2), i = 4 * j + e;
+        acc0.d[i] = decay[r] * acc0.d[i] - beta[r] * gamma[r] * acc1.d[i];
+      }
+    }
   }
+  acc1.Zero();  // warpgroup 1: (dAb + dAb^T) K; warpgroup 0: the same product, not used
   wgmma::Fence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     wgmma::MmaRegA<kBT, false, true>(acc0.d, fh[s], qk_desc + s * 128);
     wgmma::MmaRegA<kBT, false, true>(acc0.d, fl[s], qk_desc + s * 128);
+  }
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+    wgmma::MmaSharedA64<true>(acc1.d, dab_desc + s * 2, k_desc + s * 128);
+    wgmma::MmaSharedA64<true>(acc1.d, dab_desc + kSwizzledTileBytes / 16 + s * 2, k_desc + s * 128);
   }
   wgmma::Commit();
   if (threadIdx.x >= kThreads - kBT) {  // the slice's part of dG, while the products run
@@ -314,16 +354,21 @@ __global__ void __launch_bounds__(kThreads, 2)
       dG += gamma[r] * state + key_sum;
     }
     b.s.dG_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? dG : 0.0f;
+    b.s.kx_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? kx_rows[r] : 0.0f;
   }
   wgmma::Wait<0>();
-  if (group == 0) {
-    if (p.qk_l2norm) {
-      acc0.StoreRows(TokPtr(b.s.dq_normed, p, c, 0, h, K) + k0, qk_stride, c.rows);
-    } else {
-      acc0.StoreRows(p.dq + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
-    }
+  if (group == 1) {
+#pragma unroll
+    for (int i = 0; i < 32; ++i) acc0.d[i] += acc1.d[i];
+  }
+  // dq (group 0) or dk (group 1): of the normalised rows with the l2norm (fp32, FinishRows'),
+  // else the gradients themselves.
+  if (p.qk_l2norm) {
+    acc0.StoreRows(TokPtr(group == 0 ? b.s.dq_normed : b.s.dk_normed, p, c, 0, h, K) + k0,
+                   qk_stride, c.rows);
   } else {
-    acc0.StoreRows(TokPtr(b.s.dk_rows, p, c, 0, h, K) + k0, qk_stride, c.rows);
+    acc0.StoreRows((group == 0 ? p.dq : p.dk) + In(p.qk_strides, c.batch, c.t0, h) + k0,
+                   p.qk_strides.token, c.rows);
   }
 #endif
 }

@@ -13,8 +13,11 @@
 // The backward recomputes the forward scratch the caller did not keep (ChunkDeltaParams::
 // chunk_states), walks the state gradient back per chunk
 // (dUt = scale M^T dO + Kd dS', dS = gamma_L dS' + scale (diag(gamma) Q)^T dO - W^T dUt), and
-// then differentiates each chunk's formulas; dA = -T^T dT T^T carries the gradient through the
-// triangular inverse. Each kernel's comment gives its formulas.
+// then differentiates each chunk's formulas. Everything that depends on the chunk only through
+// U - W S = Ut takes its gradient through Ut: with Y = diag(beta) V, X = diag(beta gamma) K and
+// dY = T^T dUt, the gradient through the triangular inverse is dA = -strict_tril(dY Ut^T) (as
+// -T^T dT T^T with dT = dUt (Y - X S)^T, since T (Y - X S) = Ut), and X's is dX = -dY S^T (as
+// T^T dW with dW = -dUt S^T). Each kernel's comment gives its formulas.
 #pragma once
 
 #include <cuda.h>  // CUtensorMap (a type only)
@@ -45,8 +48,8 @@ constexpr int kMaxKSlices = kMaxK / kBT;  // 64-wide slices of K
 constexpr float kL2NormEps = 1e-6f;
 constexpr float kSoftplusThreshold = 20.0f;
 
-// Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn, W, U, Ut, their gradients
-// dW, dUt, and the per-chunk states S, dS (the bf16 copies the state passes multiply; see
+// Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn, W, U, Ut, the gradients
+// dUt, dY and dAb, and the per-chunk states S, dS (the bf16 copies the state passes multiply; see
 // chunk_delta_state_pass.cuh); S, Ut, W, M, T and KD come from params.chunk_states instead where
 // the caller keeps them (CarveKeptStates). Token tensors are [B*T, H, D] (flat token row
 // r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states are [chunks, H, K, V].
@@ -71,13 +74,15 @@ struct Scratch {
   float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt (for the mma.sync
                        //          passes that do not form it)
   __nv_bfloat16* dUt;  // [R,H,V]
-  __nv_bfloat16* dW;   // [R,H,K]
-  float* dk_rows;      // [R,H,K]  dk's row terms (RowTerms), then (WYBackward, l2norm) the
-                       //          gradient of the normalised k
-  float* dq_normed;    // [R,H,K]  l2norm only: the gradient of the normalised q
+  __nv_bfloat16* dY;   // [R,H,V]  T^T dUt (WYBackward, for RowTerms' dX = -dY S^T)
+  __nv_bfloat16* dAb;  // [chunks,H,2,64,64]: dAb + dAb^T as bf16 hi and lo matrices (WYBackward,
+                       //          for RowTerms' (dAb + dAb^T) K)
+  float* dk_normed;    // [R,H,K]  l2norm only: the gradients of the normalised k and q
+  float* dq_normed;    //          (RowTerms; FinishRowsKernel's input)
   float* KD;           // chunk matrix: strict_tril(K K^T * D), from ChunkPrepare (as T)
-  float* dG;           // [R,H]
-  float* dG_parts;     // [chunks,H,kMaxKSlices,64]: RowTerms' parts of dG, per 64-wide K slice
+  float* dG;           // [R,H]    WYBackward's part, then (RowGradSumsKernel) the gradient
+  float* dG_parts;     // [chunks,H,kMaxKSlices,64]: RowTerms' parts of dG, per 64-wide K slice,
+  float* kx_parts;     //          and of gamma_i k_i . dX_i (dbeta's part; times beta_i, dG's)
   float* gate_sums;    // [chunks,H,2]: per-chunk sums of dg * g and of da (for dA_log, ddt_bias)
 };
 
@@ -225,10 +230,11 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
     take(&x.dS, state), take(&x.dUt, R * V);
     x.MtdO = nullptr;
     if (mtdo) take(&x.MtdO, R * V);
-    take(&x.dW, R * K), take(&x.dk_rows, R * K);
-    x.dq_normed = nullptr;
-    if (p.qk_l2norm) take(&x.dq_normed, R * K);
-    take(&x.dG, R), take(&x.dG_parts, C * kMaxKSlices * kBT);
+    take(&x.dY, R * V), take(&x.dAb, C * 2 * kBT * kBT);
+    x.dk_normed = x.dq_normed = nullptr;
+    if (p.qk_l2norm) take(&x.dk_normed, R * K), take(&x.dq_normed, R * K);
+    take(&x.dG, R), take(&x.dG_parts, C * kMaxKSlices * kBT),
+        take(&x.kx_parts, C * kMaxKSlices * kBT);
     take(&x.gate_sums, C * 2);
   }
   return used;
@@ -239,13 +245,13 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
 
 // Tensor maps (kernels/common/tensor_map.h) for the copies by the copy engine on sm_90 of the state
 // passes and RowTermsWgmmaKernel (chunk_delta.cuh, BuildTileMaps): W, the keys and the queries as
-// [R, H, K], Ut and dUt as [R, H, V], in boxes of 64 tokens by 64 columns; M as [chunks x H x 64,
-// 64], a matrix a box; the per-chunk states S and dS as [chunks x H x K, V], 64 x 64 boxes. Those
-// whose scratch the step does not carve stay empty. The kernels take StepBase as a
-// __grid_constant__ parameter, so that the maps stay in parameter space, where the copy
-// instructions read them.
+// [R, H, K], Ut and dY as [R, H, V], in boxes of 64 tokens by 64 columns; M as [chunks x H x 64,
+// 64] and dAb as [chunks x H x 2 x 64, 64], a matrix a box; the per-chunk states S and dS as
+// [chunks x H x K, V], 64 x 64 boxes. Those whose scratch the step does not carve stay empty. The
+// kernels take StepBase as a __grid_constant__ parameter, so that the maps stay in parameter
+// space, where the copy instructions read them.
 struct TileMaps {
-  CUtensorMap w, kn, qn, M, ut, dut, S, dS;
+  CUtensorMap w, kn, qn, M, ut, dy, dab, S, dS;
 };
 
 struct StepBase {

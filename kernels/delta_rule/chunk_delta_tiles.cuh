@@ -2,10 +2,10 @@
 // chunk_delta_steps.h for the formulas) as 64 x 64 tiles in shared memory, with fp32
 // accumulation. Operands are the scratch of chunk_delta_steps.h -- fp32, but for the bf16
 // queries and keys (the inputs, or their l2norm rounded as the inputs were), W, U, the new values
-// Ut, the gradients dW and dUt, and the per-chunk states -- and the bf16 inputs. Products of bf16
-// values run in bf16 (exact); an fp32 factor enters bf16 products as a hi + lo pair (16 bits of
-// mantissa), but in the inverse (I + A)^-1, whose products split their factors into TF32 hi + lo,
-// and T, which it rounds to TF32; the state passes multiply bf16 copies of the state they carry
+// Ut, the gradients dUt, dY and dAb, and the per-chunk states -- and the bf16 inputs. Products of
+// bf16 values run in bf16 (exact); an fp32 factor enters bf16 products as a hi + lo pair (16 bits
+// of mantissa), but in the inverse (I + A)^-1, whose products split their factors into TF32 hi +
+// lo, and T, which it rounds to TF32; the state passes multiply bf16 copies of the state they carry
 // in fp32 (as fla's kernels do), and those copies are the per-chunk states the later kernels
 // read. So the precision is that of the fp32 reference up to the rounding of T and the bf16
 // rounding of the bf16 scratch (fla keeps the same tensors in bf16).
@@ -30,12 +30,14 @@
 //                                              backward pass does not form it
 //   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
 //                                              StateBackwardWgmmaKernel)
-//   RowTermsKernel        (chunks * K/64, H)   dW, dq (of the normalised q with the l2norm), dk's
-//                                              row terms, parts of dG (chunk_delta_row_terms.cuh;
-//                                              on the H100/H200 RowTermsWgmmaKernel,
+//   WYBackwardKernel      (chunks, H)          through T: dv, dY, dAb + dAb^T, the parts of dG
+//                                              and dbeta without k (chunk_delta_wy_backward.cuh)
+//   RowTermsKernel        (chunks * K/64, H)   dq, dk (of the normalised q and k with the
+//                                              l2norm), parts of dG and dbeta
+//                                              (chunk_delta_row_terms.cuh; on the H100/H200
+//                                              RowTermsWgmmaKernel,
 //                                              chunk_delta_row_terms_wgmma.cuh)
-//   WYBackwardKernel      (chunks, H)          through T: dv, dk (of the normalised k with the
-//                                              l2norm), dG, dbeta (chunk_delta_wy_backward.cuh)
+//   RowGradSumsKernel     (chunks, H/32)       dG, dbeta: the two kernels' parts summed
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
@@ -364,6 +366,45 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
 // ----------------------------------------------------------------------------------------------
 // Backward
 
+// Per chunk and 32 heads: dG_i = WYBackward's part (in dG) + the sum over the K slices of
+// RowTerms' parts + beta_i kx_i, and dbeta_i = WYBackward's part (in p.dbeta) + kx_i, through the
+// sigmoid where beta comes as logits, with kx_i = gamma_i k_i . dX_i summed over the slices (the
+// slices in order: deterministic, no atomics). The parts are contiguous by row and the row
+// scalars by head: the sums go through shared memory, so that both are read a warp's 32
+// neighbours at a time (one thread per (chunk, head, row) read or wrote one or the other 384
+// bytes apart at H = 96: 52 us per call at (1, 8192, 96, 128)).
+constexpr int kSumHeads = 32;
+__global__ void __launch_bounds__(kThreads) RowGradSumsKernel(StepBase b) {
+  __shared__ float dG_sum[kBT][kSumHeads + 1], kx_sum[kBT][kSumHeads + 1];
+  const ChunkDeltaParams& p = b.p;
+  const int chunk = blockIdx.x, h0 = blockIdx.y * kSumHeads;
+  const Chunk c = LocateChunk(p, chunk);
+  const int nk = p.k_dim / kBT;
+  ForBlockItems<kThreads, kBT * kSumHeads>([&](int idx) {
+    const int r = idx % kBT, j = idx / kBT, h = h0 + j;
+    if (h >= p.heads) return;
+    float dG = 0.0f, kx = 0.0f;
+    for (int slice = 0; slice < nk; ++slice) {
+      const int64_t at = DGPart(p, chunk, h, slice) + r;
+      dG += b.s.dG_parts[at];
+      kx += b.s.kx_parts[at];
+    }
+    dG_sum[r][j] = dG;
+    kx_sum[r][j] = kx;
+  });
+  __syncthreads();
+  ForBlockItems<kThreads, kBT * kSumHeads>([&](int idx) {
+    const int j = idx % kSumHeads, r = idx / kSumHeads, h = h0 + j;
+    if (h >= p.heads || r >= c.rows) return;
+    const int64_t row = Tok(p, c.row + r, h, 1);
+    const float beta = b.s.bt[row], kx = kx_sum[r][j];
+    b.s.dG[row] += dG_sum[r][j] + beta * kx;
+    float& dbeta = p.dbeta[In(p.scalar_strides, c.batch, c.t0 + r, h)];
+    const float d = dbeta + kx;
+    dbeta = p.beta_sigmoid ? d * beta * (1.0f - beta) : d;
+  });
+}
+
 // Per (chunk, head), one warp per row, with the l2norm only: dq and dk from the gradients of the
 // normalised rows, dx = (dy - y <y, dy>) / sqrt(sum x^2 + eps). A lane moves four adjacent
 // columns at a time (one 16-byte fp32 and one 8-byte bf16 access), so a warp covers 128 columns
@@ -381,7 +422,7 @@ __global__ void __launch_bounds__(kThreads) FinishRowsKernel(StepBase b) {
     for (int which = 0; which < 2; ++which) {
       const __nv_bfloat16* raw = (which == 0 ? p.q : p.k) + xi;
       const __nv_bfloat16* y = (which == 0 ? b.s.qn : b.s.kn) + ri * K;
-      const float* dy = (which == 0 ? b.s.dq_normed : b.s.dk_rows) + ri * K;
+      const float* dy = (which == 0 ? b.s.dq_normed : b.s.dk_normed) + ri * K;
       __nv_bfloat16* dx = (which == 0 ? p.dq : p.dk) + xi;
       float4 yv[kPieces], dyv[kPieces];
       float ss = 0.0f, ydy = 0.0f;
