@@ -68,6 +68,18 @@ __device__ __forceinline__ void FenceSharedForProducts() {
 #endif
 }
 
+// A 64 x 64 product's accumulators in the asm of MmaRegA and MmaSharedA64: the instruction's
+// register list and the 32 read-write operands it names.
+#define FLAME_WGMMA_D32_REGS                                                                    \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, " \
+  "%20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, "
+#define FLAME_WGMMA_D32_OPERANDS(d)                                                               \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]),  \
+      "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]),  \
+      "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+
 // d += (kNegA ? -A : A) B for one 64 x N x 16 step: a this warp's A fragment, b B's descriptor;
 // kTransB: B is N-major. N = 64 or 128 (d holds N / 2 floats).
 template <int N>
@@ -84,15 +96,9 @@ struct RegAStep<64> {
 #ifdef FLAME_WGMMA_DEVICE
     asm volatile(
         "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-        "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
-        "%27, %28, %29, %30, %31}, "
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLAME_WGMMA_D32_REGS
         "{%32, %33, %34, %35}, %36, p, %37, 1, %38;\n}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-          "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-          "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-          "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-          "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+        : FLAME_WGMMA_D32_OPERANDS(d)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(kNegA ? -1 : 1),
           "n"(int{kTransB}));
 #endif
@@ -137,17 +143,14 @@ __device__ __forceinline__ void MmaSharedA64(float (&d)[32], uint64_t a, uint64_
 #ifdef FLAME_WGMMA_DEVICE
   asm volatile(
       "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, "
-      "%9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, "
-      "%27, %28, %29, %30, %31}, "
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLAME_WGMMA_D32_REGS
       "%32, %33, p, 1, 1, 0, %34;\n}\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]),
-        "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]),
-        "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]),
-        "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]),
-        "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
+      : FLAME_WGMMA_D32_OPERANDS(d)
       : "l"(a), "l"(b), "n"(int{kTransB}));
 #endif
 }
+
+#undef FLAME_WGMMA_D32_REGS
+#undef FLAME_WGMMA_D32_OPERANDS
 
 }  // namespace flame::kernels::wgmma
