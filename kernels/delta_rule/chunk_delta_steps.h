@@ -233,8 +233,8 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
     take(&x.dY, R * V), take(&x.dAb, C * 2 * kBT * kBT);
     x.dk_normed = x.dq_normed = nullptr;
     if (p.qk_l2norm) take(&x.dk_normed, R * K), take(&x.dq_normed, R * K);
-    take(&x.dG, R), take(&x.dG_parts, C * kMaxKSlices * kBT),
-        take(&x.kx_parts, C * kMaxKSlices * kBT);
+    take(&x.dG, R);
+    take(&x.dG_parts, C * kMaxKSlices * kBT), take(&x.kx_parts, C * kMaxKSlices * kBT);
     take(&x.gate_sums, C * 2);
   }
   return used;

@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kThreads) PrepareRowsKernel(StepBase b) {
 // slices in order: deterministic, no atomics). The parts are contiguous by row and the row
 // scalars by head: the sums go through shared memory, so that both are read a warp's 32
 // neighbours at a time (one thread per (chunk, head, row) read or wrote one or the other 384
-// bytes apart at H = 96: 52 us per call at (1, 8192, 96, 128)).
+// bytes apart at H = 96: 51.7 us per call at (1, 8192, 96, 128) on the H200; this way 18.9).
 constexpr int kSumHeads = 32;
 __global__ void __launch_bounds__(kThreads) RowGradSumsKernel(StepBase b) {
   __shared__ float dG_sum[kBT][kSumHeads + 1], kx_sum[kBT][kSumHeads + 1];
