@@ -301,16 +301,6 @@ struct Acc64 {
     for (int i = 0; i < 2; ++i) part[i].Store(c + Row(i) * ldc + Col(), ldc);
     __syncwarp();
   }
-  // c = C^T (c[col * ldc + row] = C(row, col)), for a product formed transposed, as Store
-  // otherwise. A warp's stores of one register hit all 32 banks at ldc = 4 mod 32 (kLdF32).
-  __device__ __forceinline__ void StoreTransposed(float* c, int ldc) const {
-#pragma unroll
-    for (int i = 0; i < 2; ++i) {
-#pragma unroll
-      for (int e = 0; e < 8; ++e) c[ElementCol(e) * ldc + ElementRow(i, e)] = part[i].x[e];
-    }
-    __syncwarp();
-  }
 };
 
 // Elements (r, col) and (r, col + 1) of a bf16 tile of leading dimension kLdBf16 (col even), in one

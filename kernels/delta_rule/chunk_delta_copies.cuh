@@ -76,20 +76,6 @@ __device__ inline void IssueMat(float* dst, const float* src, int64_t src_ld = k
   }
 }
 
-// 64 fp32 columns of the chunk's rows of a [R,H,dim] scratch tensor (chunk: its row 0 at the
-// first column; rows row_stride apart) into a tile of leading dimension kLdTile.
-template <int kLdTile>
-__device__ inline void IssueTokF32(float* dst, const float* chunk, int64_t row_stride, int rows) {
-  const int r = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
-#pragma unroll
-  for (int i = 0; i < kBT * 16 / kThreads; ++i) {
-    const int row = r + 16 * i;
-    const bool valid = row < rows;
-    __pipeline_memcpy_async(dst + row * kLdTile + c4, chunk + (valid ? row * row_stride : 0) + c4,
-                            16, valid ? 0 : 16);
-  }
-}
-
 // G and beta of the chunk's rows (G, beta: the chunk's row 0 of the [R,H] scratch at head h);
 // rows past the end repeat the last G and have beta 0. Null beta_dst: G only.
 __device__ inline void IssueRowScalars(float* G_dst, float* beta_dst, const float* G,

@@ -48,7 +48,6 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <type_traits>
 
 #include "kernels/common/block_items.cuh"
 #include "kernels/common/mma_tile.cuh"
@@ -60,9 +59,9 @@ namespace flame::kernels::delta_chunk::tiles {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kLd = tile::kLdF32;  // 68: rows padded by 16 bytes against bank conflicts
-// kLdT sizes the regions (64 x kLdT floats) that hold an fp32 tile and, before or after it, two
-// bf16 tiles (2 x 64 x kLdBf16 x 2 bytes = 64 x kLdT x 4): ChunkPrepare's A, then T diag(f) as hi
-// and lo tiles; WYBackward's second slice buffer, then Z and dAb + dAb^T as split tiles.
+// kLdT sizes a region (64 x kLdT floats) that holds an fp32 tile and, after it, two bf16 tiles
+// (2 x 64 x kLdBf16 x 2 bytes = 64 x kLdT x 4): ChunkPrepare's A, then T diag(f) as hi and lo
+// tiles.
 constexpr int kLdT = kBT + 8;
 constexpr int kTile = kBT * kLd;  // floats in one 64 x 64 tile
 static_assert(kBT == 64 && kThreads == 256, "tile loops assume 64 x 64 tiles and 256 threads");
@@ -97,27 +96,6 @@ __device__ inline float Dot4(float4 a, float4 b) {
   return a.x * b.x + a.y * b.y + a.z * b.z + a.w * b.w;
 }
 
-// Rows [0, c.rows) of a 64 x 64 fp32 tile (leading dimension kLd) into columns [col0, col0 + 64)
-// of a [R,H,dim] scratch tensor, fp32 or (rounded) bf16.
-template <typename Out>
-__device__ inline void StoreTok(Out* dst, const float* src, const ChunkDeltaParams& p,
-                                const Chunk& c, int h, int dim, int col0) {
-  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16;
-  const int64_t row_stride = int64_t{p.heads} * dim;
-  Out* to = TokPtr(dst, p, c, 0, h, dim) + col0 + c4 * 4;
-#pragma unroll
-  for (int r = r0; r < kBT; r += kThreads / 16) {
-    if (r < c.rows) {
-      const float4 v = *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
-      if constexpr (std::is_same_v<Out, float>) {
-        *reinterpret_cast<float4*>(to + r * row_stride) = v;
-      } else {
-        StoreBf16x4(to + r * row_stride, v);
-      }
-    }
-  }
-}
-
 // Rows [0, rows) of a 64 x 64 accumulator to fp32 global memory (dst at its row 0, column 0;
 // rows ld apart), straight from the registers, two adjacent columns per store. The lane's four
 // rows are 8, 32 and 40 rows after its first, so their addresses are the first row's plus
@@ -147,20 +125,6 @@ __device__ inline void StoreAccRows(const Acc& acc, float* dst, int64_t ld, int 
 // of columns, a warp's store instruction wrote half of each 32-byte sector it touched.
 __device__ inline void StoreAccRows(const Acc& acc, __nv_bfloat16* dst, int64_t ld, int rows) {
   acc.StoreBf16Global16B(dst, ld, rows);
-}
-
-// Rows [0, c.rows) of a 64 x 64 fp32 tile into columns [col0, col0 + 64) of a [B,T,H,D] bf16
-// tensor (strides st).
-__device__ inline void StoreInBf16(__nv_bfloat16* dst, const float* src, const TensorStrides& st,
-                                   const Chunk& c, int h, int col0) {
-  const int r0 = threadIdx.x / 16, c4 = threadIdx.x % 16 * 4;
-#pragma unroll
-  for (int r = r0; r < kBT; r += kThreads / 16) {
-    if (r < c.rows) {
-      StoreBf16x4(dst + In(st, c.batch, c.t0 + r, h) + col0 + c4,
-                  *reinterpret_cast<const float4*>(src + r * kLd + c4));
-    }
-  }
 }
 
 __device__ inline void StoreMat(float* dst, const float* src) {
