@@ -60,6 +60,17 @@ __device__ __forceinline__ void StoreMatrix4Trans(uint32_t addr, const uint32_t 
   __trap();
 #endif
 }
+// StoreMatrix4Trans without the transpose: r[m] holds the lane's pair of matrix m, row l / 4,
+// columns 2 (l % 4) and + 1, so an A-layout fragment lands as it is.
+__device__ __forceinline__ void StoreMatrix4(uint32_t addr, const uint32_t (&r)[4]) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(addr),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#else
+  __trap();
+#endif
+}
 // 16 bytes from global to shared memory, asynchronously (cp.async.cg: through L2 only; completed
 // by __pipeline_commit / __pipeline_wait_prior); src_bytes = 0 writes zeros.
 __device__ __forceinline__ void CopyAsync16(uint32_t dst, const void* src, int src_bytes) {

@@ -89,6 +89,13 @@ __device__ __forceinline__ void MmaRegA(float (&d)[N / 2], const uint32_t (&a)[4
   RegAStep<N>::template Run<kNegA, kTransB>(d, a, b);
 }
 
+#define FLAME_WGMMA_D16_REGS \
+  "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}, "
+#define FLAME_WGMMA_D16_OPERANDS(d)                                                               \
+  "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), \
+      "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]),    \
+      "+f"(d[15])
+
 template <>
 struct RegAStep<64> {
   template <bool kNegA, bool kTransB>
@@ -150,6 +157,37 @@ __device__ __forceinline__ void MmaSharedA64(float (&d)[32], uint64_t a, uint64_
 #endif
 }
 
+// The row-form state passes' 64 x 32 x 16 steps (chunk_delta_rows.cuh), B K-major: d = (kAccumulate
+// ? d : 0) + (kNegA ? -A : A) B, with A a warp's fragment (MmaRegA32) or K-major in shared memory
+// (MmaSharedA32; descriptors as MmaSharedA64's). A product's first step without kAccumulate needs
+// no zeroed accumulators: zeros set after wgmma::Fence made ptxas wait for the products before
+// (C7517).
+template <bool kNegA, bool kAccumulate = true>
+__device__ __forceinline__ void MmaRegA32(float (&d)[16], const uint32_t (&a)[4], uint64_t b) {
+#ifdef FLAME_WGMMA_DEVICE
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.u32 p, %21, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FLAME_WGMMA_D16_REGS
+      "{%16, %17, %18, %19}, %20, p, %22, 1, 0;\n}\n"
+      : FLAME_WGMMA_D16_OPERANDS(d)
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b), "n"(int{kAccumulate}),
+        "n"(kNegA ? -1 : 1));
+#endif
+}
+template <bool kNegA, bool kAccumulate = true>
+__device__ __forceinline__ void MmaSharedA32(float (&d)[16], uint64_t a, uint64_t b) {
+#ifdef FLAME_WGMMA_DEVICE
+  asm volatile(
+      "{\n.reg .pred p;\nsetp.ne.u32 p, %18, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 " FLAME_WGMMA_D16_REGS
+      "%16, %17, p, %19, 1, 0, 0;\n}\n"
+      : FLAME_WGMMA_D16_OPERANDS(d)
+      : "l"(a), "l"(b), "n"(int{kAccumulate}), "n"(kNegA ? -1 : 1));
+#endif
+}
+
+#undef FLAME_WGMMA_D16_REGS
+#undef FLAME_WGMMA_D16_OPERANDS
 #undef FLAME_WGMMA_D32_REGS
 #undef FLAME_WGMMA_D32_OPERANDS
 

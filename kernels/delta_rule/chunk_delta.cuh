@@ -3,7 +3,8 @@
 // chunk_delta_backward_steps.h) run one thread per unit, the gate's chunk-local scans one warp per
 // (chunk, head) (chunk_delta_gate_scans.cuh); the chunk products run as the kernels of
 // chunk_delta_tiles.cuh, chunk_delta_state_pass.cuh and the files named after the other kernels
-// (chunk_delta_prepare.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
+// (chunk_delta_prepare.cuh, the state passes' column and row forms chunk_delta_column_*.cuh and
+// chunk_delta_row_*.cuh, chunk_delta_output.cuh, chunk_delta_local_value_grads.cuh,
 // chunk_delta_row_terms.cuh (on sm_90a chunk_delta_row_terms_wgmma.cuh),
 // chunk_delta_wy_backward.cuh). Included only by
 // kernels/delta_rule/chunk_delta_rule.cu.
@@ -25,6 +26,8 @@
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
+#include "kernels/delta_rule/chunk_delta_row_backward.cuh"
+#include "kernels/delta_rule/chunk_delta_row_forward.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms_wgmma.cuh"
 #include "kernels/delta_rule/chunk_delta_state_pass.cuh"
@@ -199,11 +202,20 @@ inline bool UseColumnPasses(const ChunkDeltaParams& p) {
   return UseWarpgroupProducts(p) && ColumnPassesFit(p);
 }
 
+// Whether the row-form passes on warpgroup products (chunk_delta_rows.cuh) join the mma.sync
+// passes' variants, where the column form does not run: on the H100/H200 for K <= 128 (at K = 256
+// a block's double-buffered tiles and the state's copy do not fit). The launcher picks among them
+// by waves, the row form first on a tie (PickForwardPass, PickBackwardPass).
+inline bool UseRowPasses(const ChunkDeltaParams& p) {
+  return UseWarpgroupProducts(p) && !ColumnPassesFit(p) && p.k_dim <= 2 * kBT;
+}
+
 // The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
-// UseColumnPasses; with `output`, the one that also writes o), or the mma.sync pass at 32 or 64
+// UseColumnPasses; with `output`, the one that also writes o), or the row-form pass (`rows`:
+// UseRowPasses; with `output`, the one that writes o) and the mma.sync pass at 32 or 64
 // (with `output` also the one that writes o, where it runs in as few waves as the one that does
 // not: one block per multiprocessor; picked->local_term says which).
-inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool output,
+inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool rows, bool output,
                                    PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
@@ -222,12 +234,22 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
         picked);
   }
   using tiles::StateForwardFor, tiles::StateForwardSmem, tiles::kThreads;
+  using tiles::StateForwardRowsFor, tiles::StateForwardRowsSmem, tiles::kRowFormCols,
+      tiles::kRowFormThreads;
+  PassVariant row_form;
+  if (rows) {
+    row_form = output ? PassVariant{StateForwardRowsFor<true>(nk), StateForwardRowsSmem<true>(K),
+                                    kRowFormCols, kRowFormThreads, true}
+                      : PassVariant{StateForwardRowsFor<false>(nk), StateForwardRowsSmem<false>(K),
+                                    kRowFormCols, kRowFormThreads, false};
+  }
   const PassVariant out32{output ? StateForwardFor(nk, 32, true) : nullptr,
                           StateForwardSmem(K, 32, true), 32, kThreads, true};
   const PassVariant out64{output ? StateForwardFor(nk, 64, true) : nullptr,
                           StateForwardSmem(K, 64, true), 64, kThreads, true};
   return PickVariant(p,
-                     {out32,
+                     {row_form,
+                      out32,
                       {StateForwardFor(nk, 32), StateForwardSmem(K, 32), 32},
                       out64,
                       {StateForwardFor(nk, 64), StateForwardSmem(K, 64), 64}},
@@ -235,11 +257,13 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
 }
 
 // The backward pass's: the column pass at 128 or 64 value columns per block (`columns`:
-// UseColumnPasses); or the mma.sync pass with all of a chunk's tiles double-buffered, or only the
+// UseColumnPasses); or the row-form pass (`rows`: UseRowPasses; it forms MtdO itself) and the
+// mma.sync pass with all of a chunk's tiles double-buffered, or only the
 // keys (see StateBackwardKernel), each at 32 or 64 value columns; before each, where it exists
 // (unsplit for K <= 128, split above), the one that forms MtdO itself (picked->local_term), taken
 // where it runs in as few waves.
-inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, PassVariant* picked) {
+inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, bool rows,
+                                    PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
     using tiles::StateBackwardWgmmaFor, tiles::StateBackwardWgmmaSmem;
@@ -249,8 +273,16 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, Pas
                        picked);
   }
   using tiles::StateBackwardFor, tiles::StateBackwardSmem, tiles::kThreads;
+  using tiles::StateBackwardRowsFor, tiles::StateBackwardRowsSmem, tiles::kRowFormCols,
+      tiles::kRowFormThreads;
+  PassVariant row_form;
+  if (rows) {
+    row_form = {StateBackwardRowsFor(nk), StateBackwardRowsSmem(K), kRowFormCols, kRowFormThreads,
+                true};
+  }
   return PickVariant(p,
-                     {{StateBackwardFor(nk, false, 32, true), StateBackwardSmem(K, false, 32, true),
+                     {row_form,
+                      {StateBackwardFor(nk, false, 32, true), StateBackwardSmem(K, false, 32, true),
                        32, kThreads, true},
                       {StateBackwardFor(nk, false, 32), StateBackwardSmem(K, false, 32), 32},
                       {StateBackwardFor(nk, true, 32, true), StateBackwardSmem(K, true, 32, true),
@@ -289,9 +321,9 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
 // Whether the backward's state pass reads MtdO from the scratch: the mma.sync passes but the
 // variant that forms it itself (PickBackwardPass); true where the pick fails (no device).
 // p.num_seqs filled in.
-inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns) {
+inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns, bool rows) {
   PassVariant pass;
-  return !columns && (PickBackwardPass(p, false, &pass) != cudaSuccess || !pass.local_term);
+  return !columns && (PickBackwardPass(p, false, rows, &pass) != cudaSuccess || !pass.local_term);
 }
 
 // Bytes of params.workspace the forward (backward = false) or backward needs on the current
@@ -300,7 +332,8 @@ inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns) {
 inline size_t WorkspaceBytes(const ChunkDeltaParams& params, bool backward) {
   ChunkDeltaParams p = params;
   p.num_seqs = NumSeqs(params);
-  return CarveScratch(params, backward, backward && BackwardReadsMtdO(p, UseColumnPasses(p)),
+  return CarveScratch(params, backward,
+                      backward && BackwardReadsMtdO(p, UseColumnPasses(p), UseRowPasses(p)),
                       nullptr, nullptr);
 }
 
@@ -318,6 +351,7 @@ inline StepBase MakeStepBase(const ChunkDeltaParams& params, bool gated) {
   base.p.total_chunks = TotalChunks(params);
   base.warpgroup_products = UseWarpgroupProducts(base.p);
   base.column_passes = base.warpgroup_products && ColumnPassesFit(base.p);  // UseColumnPasses
+  base.row_passes = UseRowPasses(base.p);
   base.tile_copies = !base.p.portable_kernels && HasTileCopies();
   return base;
 }
@@ -358,7 +392,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
   // The column pass writes o itself (kOutput), and so does the mma.sync pass's output variant;
   // after the others, OutputKernel does.
   PassVariant pass;
-  if ((err = PickForwardPass(p, b.column_passes, output, &pass)) != cudaSuccess ||
+  if ((err = PickForwardPass(p, b.column_passes, b.row_passes, output, &pass)) != cudaSuccess ||
       (err = RunPass(pass, b, stream)) != cudaSuccess) {
     return err;
   }
@@ -380,7 +414,7 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
   StepBase b = MakeStepBase(params, gated);
   PassVariant pass;
-  cudaError_t err = PickBackwardPass(b.p, b.column_passes, &pass);
+  cudaError_t err = PickBackwardPass(b.p, b.column_passes, b.row_passes, &pass);
   if (err != cudaSuccess || (err = CarveStepScratch(b, &pass)) != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);

@@ -260,6 +260,8 @@ struct StepBase {
   bool gated;
   bool column_passes = false;  // the state passes in column form (chunk_delta.cuh, UseColumnPasses)
   bool warpgroup_products = false;  // the sm_90a kernels run (UseWarpgroupProducts)
+  bool row_passes = false;          // the row-form passes are among the state passes' variants
+                                    // (chunk_delta.cuh, UseRowPasses)
   // The tiles come by the copy engine (sm_90, not portable_kernels; chunk_delta.cuh,
   // MakeStepBase): the mma.sync passes' cp.async path stays tested on the H200 that way.
   bool tile_copies = false;

@@ -1,0 +1,174 @@
+// The row form of the delta rule's sequential state passes on warpgroup products (sm_90a), for
+// batches too narrow for the column form (chunk_delta_columns.cuh needs a warpgroup per 64 value
+// columns of every head, and at (2, 16384, 16, 128) that leaves half the multiprocessors idle).
+// A block is one warpgroup and 32 value columns; it holds its K x 32 slice of the state (or its
+// gradient) as K / 64 warpgroup accumulators of 64 x 32 (GroupAcc32: state rows 64 j + the
+// accumulator's rows), and multiplies on m64n32 products:
+//   the chunk's 64 x K operands (W, the queries, the keys) times the state: A = the operand's
+//     swizzled tiles (K-major, read by the tensor cores), B = the state's bf16 copy, stored
+//     transposed (32 rows of K, ColumnsTile);
+//   the keys' transpose times the chunk's 64 x 32 values: A = the key tile by transposed ldmatrix
+//     (each warp its own 16 rows: no fragment is loaded twice), B = the values' bf16 copy, again
+//     stored transposed.
+// The mma.sync passes (chunk_delta_state_pass.cuh) tile the same products over eight warps in
+// 16 x 16 pieces, each warp loading its A and B fragments by ldmatrix: per chunk the same key and
+// state fragments by two and four warps, which keeps their LSU ~80% busy (ncu). Here the tensor
+// cores read each B once per product and the A tiles once.
+//
+// Measured on the H200 at (2, 16384, 16, 128) (128 blocks, one per multiprocessor; per call): the
+// forward pass with o 484 -> 436 us against StateForwardKernel<2, 32, out>, the backward with
+// M^T dO 491 -> 409 against StateBackwardKernel<2, unsplit, 32, MtdO>; forward + backward 2.29 ->
+// 2.16 ms (gated 2.36 -> 2.24). The passes are latency-bound (one warpgroup a multiprocessor, 0.18
+// instructions issued per cycle): two things that did not help, each beside its parent in one
+// run -- three tile sets, the copies two chunks ahead (forward 437 -> 455 us, backward 409 ->
+// 412), and the next chunk's copies issued after the chunk's first products instead of before
+// them (forward 436 -> 512, backward 408 -> 490).
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/common/ptx.cuh"
+#include "kernels/common/wgmma.cuh"
+#include "kernels/delta_rule/chunk_delta_columns.cuh"  // PackBf16
+#include "kernels/delta_rule/chunk_delta_swizzled.cuh"
+
+namespace flame::kernels::delta_chunk::tiles {
+
+constexpr int kRowFormCols = 32;  // value columns per block
+constexpr int kRowFormThreads = 128;
+
+// A warpgroup's 64 x 32 fp32 accumulator (wgmma m64n32): warp w holds rows 16 w .. 16 w + 15,
+// lane (g, t) = (lane / 4, lane % 4) element d[4 j + 2 h + b] = C(16 w + g + 8 h, 8 j + 2 t + b).
+struct GroupAcc32 {
+  float d[16];
+
+  __device__ __forceinline__ static int Row(int h) {
+    return 16 * (threadIdx.x / 32 % 4) + threadIdx.x % 32 / 4 + 8 * h;
+  }
+  __device__ __forceinline__ static int Col(int j) { return 8 * j + 2 * (threadIdx.x % 4); }
+  __device__ __forceinline__ void Zero() {
+#pragma unroll
+    for (int e = 0; e < 16; ++e) d[e] = 0.0f;
+  }
+  __device__ __forceinline__ void Scale(float f) {
+#pragma unroll
+    for (int e = 0; e < 16; ++e) d[e] *= f;
+  }
+  // The lane's rows Row(0) times top, Row(1) times bottom.
+  __device__ __forceinline__ void ScaleRowPair(float top, float bottom) {
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      d[4 * j] *= top, d[4 * j + 1] *= top, d[4 * j + 2] *= bottom, d[4 * j + 3] *= bottom;
+    }
+  }
+  // Each row's elements times f(row).
+  template <typename F>
+  __device__ __forceinline__ void ScaleRows(F f) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const float s = f(Row(h));
+#pragma unroll
+      for (int j = 0; j < 4; ++j) d[4 * j + 2 * h] *= s, d[4 * j + 2 * h + 1] *= s;
+    }
+  }
+  // The bf16 A fragment (mma.m16n8k16's a0..a3) of the warp's 16 x 16 block of columns 16 c ..
+  // 16 c + 15: the pairs of rows g and g + 8, columns 2 t and 8 + 2 t.
+  __device__ __forceinline__ void Bf16A(int c, uint32_t (&a)[4]) const {
+#pragma unroll
+    for (int r = 0; r < 4; ++r) a[r] = PackBf16(d[8 * c + 2 * r], d[8 * c + 2 * r + 1]);
+  }
+  // The lane's bf16 pairs of a row-major matrix in global memory (src: row 0, column 0), pair
+  // 4 j + h at row Row(h), column Col(j); rows from `rows` on load as zero. They stay packed until
+  // SetPairs: unpacked at the load, the loading chunk waited for them (ncu: the forward pass's most
+  // stalled instructions; 712 us instead of 526 at (2, 16384, 16, 128)).
+  __device__ __forceinline__ static void LoadPairs(uint32_t (&x)[8], const bf16* src, int64_t ld,
+                                                   int rows) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = Row(h);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        x[4 * h + j] =
+            row < rows ? *reinterpret_cast<const uint32_t*>(src + row * ld + Col(j)) : 0u;
+      }
+    }
+  }
+  __device__ __forceinline__ void SetPairs(const uint32_t (&x)[8]) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = UnpackBf16(x[4 * h + j]);
+        d[4 * j + 2 * h] = v.x, d[4 * j + 2 * h + 1] = v.y;
+      }
+    }
+  }
+};
+
+// A warp's staging block for row-major stores of its 16 x 32 part of a GroupAcc32: stmatrix puts
+// the bf16 fragments, then each lane stores 16-byte pieces, a warp instruction 8 whole 64-byte
+// rows. (Stored from the registers a pair per lane, a warp instruction wrote 16 bytes of each of 8
+// rows, and the stores' register reads queued behind them: the forward pass's most-stalled
+// instruction was the first to overwrite one: the forward pass 526 -> 436 us at (2, 16384, 16,
+// 128) with this stage.)
+// Rows 80 bytes apart: stmatrix's eight rows of a matrix hit different banks.
+constexpr int kWarpStageLd = 80;  // bytes
+constexpr int kWarpStageBytes = 16 * kWarpStageLd;
+struct WarpStage {
+  uint32_t put_at;  // the lane's stmatrix row address: row lane % 8 + 8 (lane / 8 % 2), column
+                    // 8 (lane / 16)
+  const char* get;  // the lane's first piece: row lane / 4, piece lane % 4
+
+  // stage: the warp's block (shared address and generic pointer).
+  __device__ WarpStage(uint32_t stage, const char* stage_ptr) {
+    const int lane = threadIdx.x % 32;
+    put_at = stage + (lane % 8 + 8 * (lane / 8 % 2)) * kWarpStageLd + lane / 16 * 16;
+    get = stage_ptr + lane / 4 * kWarpStageLd + lane % 4 * 16;
+  }
+  // The A fragment of the warp's 16 x 16 block of columns 16 c .. (GroupAcc32::Bf16A), into the
+  // block `offset` bytes after the warp's first.
+  __device__ __forceinline__ void Put(uint32_t offset, int c, const uint32_t (&a)[4]) const {
+    ptx::StoreMatrix4(put_at + offset + c * 32, a);
+  }
+  // The block's rows [0, rows) (after a __syncwarp that follows the puts) to a row-major bf16
+  // matrix in global memory (dst: the block's row 0, column 0; rows ld apart).
+  __device__ __forceinline__ void CopyOut(uint32_t offset, bf16* dst, int64_t ld, int rows) const {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      const int r = lane / 4 + 8 * i;
+      if (r < rows) {
+        *reinterpret_cast<uint4*>(dst + r * ld + lane % 4 * 8) =
+            *reinterpret_cast<const uint4*>(get + offset + 8 * i * kWarpStageLd);
+      }
+    }
+  }
+};
+
+// A K-major 32-column B operand in the 128-byte swizzle layout: 32 rows (the columns n) of 64 k
+// (128 bytes), 4 KB; wgmma::DescriptorSwizzle128 reads it with its 1024 bytes between groups of 8
+// rows, a k step of 16 adding 32 bytes. A warp puts the transpose of an A-layout fragment of a
+// 16 x 16 block into it (stmatrix): the block's rows are 16 of the 64 k, its columns 16 of the
+// 32 rows.
+constexpr int kColumnsTileBytes = kRowFormCols * 128;
+struct ColumnsTile {
+  uint32_t put_at;  // the lane's row and piece for block rows 16 w (its warp's), columns 0
+
+  // Each lane gives the address of row n = 8 (m / 2) + lane % 8 (+ 16 c) for matrix m = lane / 8,
+  // whose 8 elements are k = 16 w + 8 (m % 2) ..: piece 2 w + m % 2 of that row, swizzled.
+  __device__ explicit ColumnsTile(uint32_t tile) {
+    const int lane = threadIdx.x % 32, m = lane / 8, w = threadIdx.x / 32 % 4;
+    const int n = 8 * (m / 2) + lane % 8;
+    put_at = tile + n * 128 + (((2 * w + m % 2) ^ n % 8) << 4);
+  }
+  // The warp's block of columns 16 c .. 16 c + 15 (rows 16 c .. of the tile; (n + 16) % 8 = n % 8
+  // keeps the swizzle), `offset` bytes after the tile given.
+  __device__ __forceinline__ void Put(uint32_t offset, int c, const uint32_t (&a)[4]) const {
+    ptx::StoreMatrix4Trans(put_at + offset + c * 16 * 128, a);
+  }
+};
+
+}  // namespace flame::kernels::delta_chunk::tiles
