@@ -113,21 +113,10 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
       scaled_do_tile(scaled_do_at), dut_tile(at_s + L::kDUt);
 
   GroupAcc32 dS[kNk];  // rows 64 j + GroupAcc32::Row(h)
+  const int64_t state_at = State(p, n, h) + v0;  // of the state gradients given and returned
 #pragma unroll
   for (int j = 0; j < kNk; ++j) {
-    dS[j].Zero();
-    if (p.d_final_state) {
-      const float* fin = p.d_final_state + State(p, n, h) + int64_t{j} * kBT * V + v0;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float2 v =
-              *reinterpret_cast<const float2*>(fin + GroupAcc32::Row(hh) * V + GroupAcc32::Col(c));
-          dS[j].d[4 * c + 2 * hh] = v.x, dS[j].d[4 * c + 2 * hh + 1] = v.y;
-        }
-      }
-    }
+    dS[j].LoadState(p.d_final_state ? p.d_final_state + state_at + j * kBT * V : nullptr, V);
   }
   const int last = seq.num_chunks - 1;
   uint32_t d_o_next[8];
@@ -146,16 +135,7 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
     // dS's bf16 copy (the products before read the last one; their waits are behind), and dO
     // scaled, by gamma for the queries' product, as is (but for the scale) for M^T dO.
     __syncwarp();  // the dS stage's reads of the chunk before are done
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        uint32_t a[4];
-        dS[j].Bf16A(c, a);
-        state_tile.Put(j * kColumnsTileBytes, c, a);
-        stage.Put(j * kWarpStageBytes, c, a);
-      }
-    }
+    PutStateCopy(dS, state_tile, stage);
     {
       GroupAcc32 d_o;
       d_o.SetPairs(d_o_next);
@@ -181,19 +161,9 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
     }
 
     // K dS and scale M^T dO (one group), then dS_j = gamma_L dS_j + Q_j^T dO' (another).
-    uint32_t m_a[4][4], q_a[kNk][4][4];
-    {
-      const SwizzledAOperand<true> m_op(at_s + set + Set::kM, warp_row);
-#pragma unroll
-      for (int s = 0; s < 4; ++s) m_op.Load(m_a[s], 0, s);
-#pragma unroll
-      for (int j = 0; j < kNk; ++j) {
-        const SwizzledAOperand<true> q_op(at_s + set + Set::kQueries + j * kSwizzledTileBytes,
-                                          warp_row);
-#pragma unroll
-        for (int s = 0; s < 4; ++s) q_op.Load(q_a[j][s], 0, s);
-      }
-    }
+    uint32_t m_a[1][4][4], q_a[kNk][4][4];
+    LoadTransposedA(m_a, at_s + set + Set::kM, warp_row);
+    LoadTransposedA(q_a, at_s + set + Set::kQueries, warp_row);
     const float gamma_last = b.gated ? __expf(G[2]) : 1.0f;
     if (b.gated) {
 #pragma unroll
@@ -201,31 +171,19 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
     }
     GroupAcc32 kds, mtdo;  // set by their first steps
     wgmma::Fence();
-    wgmma::MmaSharedA32<false, false>(kds.d, k_desc + set_desc, ds_desc);
-#pragma unroll
-    for (int s = 1; s < K / 16; ++s) {
-      const uint64_t b_step = (s / 4) * (kColumnsTileBytes / 16) + (s % 4) * 2;
-      wgmma::MmaSharedA32<false>(kds.d, k_desc + set_desc + KMajorStep(s), ds_desc + b_step);
-    }
-    wgmma::MmaRegA32<false, false>(mtdo.d, m_a[0], scaled_do_desc);
+    MultiplyStateCopy<kNk, false, false>(kds.d, k_desc + set_desc, ds_desc);
+    wgmma::MmaRegA32<false, false>(mtdo.d, m_a[0][0], scaled_do_desc);
 #pragma unroll
     for (int s = 1; s < 4; ++s) {
-      wgmma::MmaRegA32<false>(mtdo.d, m_a[s], scaled_do_desc + 2 * s);
+      wgmma::MmaRegA32<false>(mtdo.d, m_a[0][s], scaled_do_desc + 2 * s);
     }
     wgmma::Commit();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int j = 0; j < kNk; ++j) {
-        wgmma::MmaRegA32<false>(dS[j].d, q_a[j][s], gamma_do_desc + 2 * s);
-      }
-    }
+    AddTransposedProducts<kNk, false>(dS, q_a, gamma_do_desc);
     wgmma::Commit();
     // dS[chunk] (bf16) to the scratch while the products run.
     __syncwarp();
     bf16* ds_dst = b.s.dS + src.StateAt(ci, K * V) + int64_t{warp_row} * V + v0;
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) stage.CopyOut(j * kWarpStageBytes, ds_dst + j * kBT * V, V, 16);
+    CopyOutState<kNk>(stage, ds_dst, V);
     wgmma::Wait<1>();
 
     // dUt = diag(exp(G_L - G)) K dS + scale M^T dO, to its columns tile and the stage.
@@ -242,24 +200,13 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
       stage.Put(kDUtStage, c, a);
     }
     uint32_t w_a[kNk][4][4];
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-      const SwizzledAOperand<true> w_op(at_s + set + Set::kW + j * kSwizzledTileBytes, warp_row);
-#pragma unroll
-      for (int s = 0; s < 4; ++s) w_op.Load(w_a[j][s], 0, s);
-    }
+    LoadTransposedA(w_a, at_s + set + Set::kW, warp_row);
     wgmma::FenceSharedForProducts();
     __syncthreads();  // dUt's tile is in
 
     // dS_j -= W_j^T dUt.
     wgmma::Fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int j = 0; j < kNk; ++j) {
-        wgmma::MmaRegA32<true>(dS[j].d, w_a[j][s], dut_desc + 2 * s);
-      }
-    }
+    AddTransposedProducts<kNk, true>(dS, w_a, dut_desc);
     wgmma::Commit();
     __syncwarp();
     stage.CopyOut(kDUtStage, b.s.dUt + src.TokAt(ci, V) + warp_row * ld_v + v0, ld_v,
@@ -268,17 +215,7 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
   }
   if (p.d_initial_state) {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-      float* d_init = p.d_initial_state + State(p, n, h) + int64_t{j} * kBT * V + v0;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          *reinterpret_cast<float2*>(d_init + GroupAcc32::Row(hh) * V + GroupAcc32::Col(c)) =
-              make_float2(dS[j].d[4 * c + 2 * hh], dS[j].d[4 * c + 2 * hh + 1]);
-        }
-      }
-    }
+    for (int j = 0; j < kNk; ++j) dS[j].StoreState(p.d_initial_state + state_at + j * kBT * V, V);
   }
 #else
   __trap();  // launched only where the binary has sm_90a code (FLAME_KERNELS_SM90A)

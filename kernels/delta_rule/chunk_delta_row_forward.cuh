@@ -108,21 +108,10 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
       raw_tile(raw_at);
 
   GroupAcc32 S[kNk];  // state rows 64 j + GroupAcc32::Row(h)
+  const int64_t state_at = State(p, n, h) + v0;  // of the initial and final states
 #pragma unroll
   for (int j = 0; j < kNk; ++j) {
-    S[j].Zero();
-    if (p.initial_state) {
-      const float* init = p.initial_state + State(p, n, h) + int64_t{j} * kBT * V + v0;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          const float2 v =
-              *reinterpret_cast<const float2*>(init + GroupAcc32::Row(hh) * V + GroupAcc32::Col(c));
-          S[j].d[4 * c + 2 * hh] = v.x, S[j].d[4 * c + 2 * hh + 1] = v.y;
-        }
-      }
-    }
+    S[j].LoadState(p.initial_state ? p.initial_state + state_at + j * kBT * V : nullptr, V);
   }
   uint32_t u_next[8];  // U of the next chunk, loaded a chunk ahead (bf16 pairs)
   if (seq.num_chunks > 0) {
@@ -144,16 +133,7 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
     const float* G = reinterpret_cast<const float*>(at + set + Set::kG);
     // The state's bf16 copy (the products before read the last one; their waits are behind).
     __syncwarp();  // the state stage's reads of the chunk before are done
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        uint32_t a[4];
-        S[j].Bf16A(c, a);
-        state_tile.Put(j * kColumnsTileBytes, c, a);
-        stage.Put(j * kWarpStageBytes, c, a);
-      }
-    }
+    PutStateCopy(S, state_tile, stage);
     GroupAcc32 ut;
     ut.SetPairs(u_next);
     bar(ci & 1).Wait(ci >> 1);
@@ -173,26 +153,16 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
     // state's chain: the new values wait for W S only.
     GroupAcc32 o;  // set by its first step
     wgmma::Fence();
-#pragma unroll
-    for (int s = 0; s < K / 16; ++s) {
-      const uint64_t b_step = (s / 4) * (kColumnsTileBytes / 16) + (s % 4) * 2;
-      wgmma::MmaSharedA32<true>(ut.d, w_desc + set_desc + KMajorStep(s), s_desc + b_step);
-    }
+    MultiplyStateCopy<kNk, true, true>(ut.d, w_desc + set_desc, s_desc);
     wgmma::Commit();
     if (kOutput) {
-      wgmma::MmaSharedA32<false, false>(o.d, q_desc + set_desc, s_desc);
-#pragma unroll
-      for (int s = 1; s < K / 16; ++s) {
-        const uint64_t b_step = (s / 4) * (kColumnsTileBytes / 16) + (s % 4) * 2;
-        wgmma::MmaSharedA32<false>(o.d, q_desc + set_desc + KMajorStep(s), s_desc + b_step);
-      }
+      MultiplyStateCopy<kNk, false, false>(o.d, q_desc + set_desc, s_desc);
       wgmma::Commit();
     }
     // S[chunk] (bf16) to the scratch, and the chunk before's o, while the products run.
     __syncwarp();
     bf16* s_dst = b.s.S + src.StateAt(ci, K * V) + int64_t{warp_row} * V + v0;
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) stage.CopyOut(j * kWarpStageBytes, s_dst + j * kBT * V, V, 16);
+    CopyOutState<kNk>(stage, s_dst, V);
     if (kOutput && ci > 0) o_out(ci - 1);
     wgmma::Wait<kOutput ? 1 : 0>();
 
@@ -220,24 +190,13 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
     }
     // The keys' transposed A fragments (each warp its 16 state rows of slice j).
     uint32_t k_a[kNk][4][4];
-#pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-      const SwizzledAOperand<true> keys(at_s + set + Set::kKeys + j * kSwizzledTileBytes, warp_row);
-#pragma unroll
-      for (int s = 0; s < 4; ++s) keys.Load(k_a[j][s], 0, s);
-    }
+    LoadTransposedA(k_a, at_s + set + Set::kKeys, warp_row);
     wgmma::FenceSharedForProducts();
     __syncthreads();  // the new values' tiles are in
 
     // S_j = gamma_L S_j + K_j^T Ut'; then, once Q S is done, o = diag(gamma) Q S + M Ut.
     wgmma::Fence();
-#pragma unroll
-    for (int s = 0; s < 4; ++s) {
-#pragma unroll
-      for (int j = 0; j < kNk; ++j) {
-        wgmma::MmaRegA32<false>(S[j].d, k_a[j][s], decayed_desc + 2 * s);
-      }
-    }
+    AddTransposedProducts<kNk, false>(S, k_a, decayed_desc);
     wgmma::Commit();
     if (kOutput) {
       wgmma::Wait<1>();  // Q S
@@ -269,17 +228,7 @@ __global__ void __launch_bounds__(kRowFormThreads, 1)
   }
   if (p.final_state) {
 #pragma unroll
-    for (int j = 0; j < kNk; ++j) {
-      float* fin = p.final_state + State(p, n, h) + int64_t{j} * kBT * V + v0;
-#pragma unroll
-      for (int hh = 0; hh < 2; ++hh) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-          *reinterpret_cast<float2*>(fin + GroupAcc32::Row(hh) * V + GroupAcc32::Col(c)) =
-              make_float2(S[j].d[4 * c + 2 * hh], S[j].d[4 * c + 2 * hh + 1]);
-        }
-      }
-    }
+    for (int j = 0; j < kNk; ++j) S[j].StoreState(p.final_state + state_at + j * kBT * V, V);
   }
 #else
   __trap();  // launched only where the binary has sm_90a code (FLAME_KERNELS_SM90A)

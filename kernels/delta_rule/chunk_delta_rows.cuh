@@ -40,19 +40,9 @@ namespace flame::kernels::delta_chunk::tiles {
 constexpr int kRowFormCols = 32;  // value columns per block
 constexpr int kRowFormThreads = 128;
 
-// A warpgroup's 64 x 32 fp32 accumulator (wgmma m64n32): warp w holds rows 16 w .. 16 w + 15,
-// lane (g, t) = (lane / 4, lane % 4) element d[4 j + 2 h + b] = C(16 w + g + 8 h, 8 j + 2 t + b).
-struct GroupAcc32 {
-  float d[16];
-
-  __device__ __forceinline__ static int Row(int h) {
-    return 16 * (threadIdx.x / 32 % 4) + threadIdx.x % 32 / 4 + 8 * h;
-  }
-  __device__ __forceinline__ static int Col(int j) { return 8 * j + 2 * (threadIdx.x % 4); }
-  __device__ __forceinline__ void Zero() {
-#pragma unroll
-    for (int e = 0; e < 16; ++e) d[e] = 0.0f;
-  }
+// A warpgroup's 64 x 32 fp32 accumulator (wgmma m64n32; the lane layout of GroupAcc), with the
+// row-form passes' conversions.
+struct GroupAcc32 : GroupAcc<32> {
   __device__ __forceinline__ void Scale(float f) {
 #pragma unroll
     for (int e = 0; e < 16; ++e) d[e] *= f;
@@ -64,16 +54,6 @@ struct GroupAcc32 {
       d[4 * j] *= top, d[4 * j + 1] *= top, d[4 * j + 2] *= bottom, d[4 * j + 3] *= bottom;
     }
   }
-  // Each row's elements times f(row).
-  template <typename F>
-  __device__ __forceinline__ void ScaleRows(F f) {
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const float s = f(Row(h));
-#pragma unroll
-      for (int j = 0; j < 4; ++j) d[4 * j + 2 * h] *= s, d[4 * j + 2 * h + 1] *= s;
-    }
-  }
   // The bf16 A fragment (mma.m16n8k16's a0..a3) of the warp's 16 x 16 block of columns 16 c ..
   // 16 c + 15: the pairs of rows g and g + 8, columns 2 t and 8 + 2 t.
   __device__ __forceinline__ void Bf16A(int c, uint32_t (&a)[4]) const {
@@ -81,7 +61,7 @@ struct GroupAcc32 {
     for (int r = 0; r < 4; ++r) a[r] = PackBf16(d[8 * c + 2 * r], d[8 * c + 2 * r + 1]);
   }
   // The lane's bf16 pairs of a row-major matrix in global memory (src: row 0, column 0), pair
-  // 4 j + h at row Row(h), column Col(j); rows from `rows` on load as zero. They stay packed until
+  // 4 h + j at row Row(h), column Col(j); rows from `rows` on load as zero. They stay packed until
   // SetPairs: unpacked at the load, the loading chunk waited for them (ncu: the forward pass's most
   // stalled instructions; 712 us instead of 526 at (2, 16384, 16, 128)).
   __device__ __forceinline__ static void LoadPairs(uint32_t (&x)[8], const bf16* src, int64_t ld,
@@ -93,6 +73,29 @@ struct GroupAcc32 {
       for (int j = 0; j < 4; ++j) {
         x[4 * h + j] =
             row < rows ? *reinterpret_cast<const uint32_t*>(src + row * ld + Col(j)) : 0u;
+      }
+    }
+  }
+  // From / to the block's 32 columns of a 64-row slice of a K x V fp32 state in global memory
+  // (at: the slice's row 0, the block's column 0; null loads zeros), a pair of columns per access.
+  __device__ __forceinline__ void LoadState(const float* at, int v_dim) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v =
+            at ? *reinterpret_cast<const float2*>(at + Row(h) * v_dim + Col(j)) : float2{0, 0};
+        d[4 * j + 2 * h] = v.x, d[4 * j + 2 * h + 1] = v.y;
+      }
+    }
+  }
+  __device__ __forceinline__ void StoreState(float* at, int v_dim) const {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        *reinterpret_cast<float2*>(at + Row(h) * v_dim + Col(j)) =
+            make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
       }
     }
   }
@@ -170,5 +173,77 @@ struct ColumnsTile {
     ptx::StoreMatrix4Trans(put_at + offset + c * 16 * 128, a);
   }
 };
+
+// ----------------------------------------------------------------------------------------------
+// The products and copies both row-form passes make of the state (forward) or its gradient
+// (backward), kNk 64-row slices of GroupAcc32.
+
+// The state's bf16 copy, slice j into columns tile j of `tiles` (the products' B, 4 KB apart) and
+// into the warp's staging block j (for the scratch's per-chunk copy, CopyOutState); the products
+// before that read the copy must be done, and the stage's reads (a __syncwarp before).
+template <int kNk>
+__device__ __forceinline__ void PutStateCopy(const GroupAcc32 (&S)[kNk], const ColumnsTile& tiles,
+                                             const WarpStage& stage) {
+#pragma unroll
+  for (int j = 0; j < kNk; ++j) {
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      uint32_t a[4];
+      S[j].Bf16A(c, a);
+      tiles.Put(j * kColumnsTileBytes, c, a);
+      stage.Put(j * kWarpStageBytes, c, a);
+    }
+  }
+}
+// The warp's staged rows of the copy (after a __syncwarp) to a bf16 K x V state in the scratch
+// (dst: the warp's first row, the block's column 0).
+template <int kNk>
+__device__ __forceinline__ void CopyOutState(const WarpStage& stage, bf16* dst, int v_dim) {
+#pragma unroll
+  for (int j = 0; j < kNk; ++j)
+    stage.CopyOut(j * kWarpStageBytes, dst + j * kBT * v_dim, v_dim, 16);
+}
+
+// acc (+)= (kNegA ? -A : A) S over K = 64 kNk, A the chunk's 64 x K operand (its swizzled tiles'
+// descriptor a, K-major) and S the copy in its columns tiles (descriptor s); without kAccumulate
+// the first step sets acc.
+template <int kNk, bool kNegA, bool kAccumulate>
+__device__ __forceinline__ void MultiplyStateCopy(float (&acc)[16], uint64_t a, uint64_t s) {
+#pragma unroll
+  for (int k = 0; k < 4 * kNk; ++k) {
+    const uint64_t a_k = a + KMajorStep(k),
+                   s_k = s + (k / 4) * (kColumnsTileBytes / 16) + k % 4 * 2;
+    if (!kAccumulate && k == 0) {
+      wgmma::MmaSharedA32<kNegA, false>(acc, a_k, s_k);
+    } else {
+      wgmma::MmaSharedA32<kNegA>(acc, a_k, s_k);
+    }
+  }
+}
+
+// The warp's transposed A fragments of kNk swizzled tiles of a chunk operand (keys, queries, W;
+// `tiles` their shared address, 8 KB apart): tile j's columns warp_row .. + 15 as rows, the
+// chunk's tokens 16 s .. as the k steps.
+template <int kNk>
+__device__ __forceinline__ void LoadTransposedA(uint32_t (&f)[kNk][4][4], uint32_t tiles,
+                                                int warp_row) {
+#pragma unroll
+  for (int j = 0; j < kNk; ++j) {
+    const SwizzledAOperand<true> op(tiles + j * kSwizzledTileBytes, warp_row);
+#pragma unroll
+    for (int s = 0; s < 4; ++s) op.Load(f[j][s], 0, s);
+  }
+}
+// S_j += (kNegA ? -1 : 1) (operand tile j)^T X for each slice j, X a chunk's 64 x 32 values in a
+// columns tile (descriptor x), from LoadTransposedA's fragments.
+template <int kNk, bool kNegA>
+__device__ __forceinline__ void AddTransposedProducts(GroupAcc32 (&S)[kNk],
+                                                      const uint32_t (&f)[kNk][4][4], uint64_t x) {
+#pragma unroll
+  for (int s = 0; s < 4; ++s) {
+#pragma unroll
+    for (int j = 0; j < kNk; ++j) wgmma::MmaRegA32<kNegA>(S[j].d, f[j][s], x + 2 * s);
+  }
+}
 
 }  // namespace flame::kernels::delta_chunk::tiles

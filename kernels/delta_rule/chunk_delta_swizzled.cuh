@@ -167,13 +167,17 @@ __device__ inline void ZeroRowsPast(bf16* tiles, int nk, int rows) {
 #endif
 }
 
-// A warpgroup's 64 x 64 fp32 accumulator (wgmma m64n64): warp w of the group holds rows
+// A warpgroup's 64 x kCols fp32 accumulator (wgmma m64nkCols): warp w of the group holds rows
 // 16 w .. 16 w + 15, lane (g, t) = (lane / 4, lane % 4) element d[4 j + 2 h + b] = C(16 w + g + 8
 // h, 8 j + 2 t + b). Columns 16 m .. 16 m + 15 are a WarpAcc16 of the same lane layout. (A warp's
-// part is WarpRows<64>'s layout, chunk_delta_columns.cuh, which holds a warp's transposed state
-// columns; this one is a whole tile in row form, with its rows' places and stores.)
-struct GroupAcc64 {
-  float d[32];
+// part of a 64-column one is WarpRows<64>'s layout, chunk_delta_columns.cuh, which holds a warp's
+// transposed state columns; this one is a whole tile in row form, with its rows' places and
+// stores.) GroupAcc64: RowTermsWgmmaKernel's; GroupAcc32 (chunk_delta_rows.cuh): the row-form
+// state passes'.
+template <int kCols>
+struct GroupAcc {
+  static constexpr int kTiles = kCols / 8;  // n8 tiles
+  float d[kCols / 2];
 
   __device__ __forceinline__ static int Row(int h) {
     return 16 * (threadIdx.x / 32 % 4) + threadIdx.x % 32 / 4 + 8 * h;
@@ -181,7 +185,7 @@ struct GroupAcc64 {
   __device__ __forceinline__ static int Col(int j) { return 8 * j + 2 * (threadIdx.x % 4); }
   __device__ __forceinline__ void Zero() {
 #pragma unroll
-    for (int e = 0; e < 32; ++e) d[e] = 0.0f;
+    for (int e = 0; e < kCols / 2; ++e) d[e] = 0.0f;
   }
   // Each row's elements times f(row).
   template <typename F>
@@ -190,7 +194,7 @@ struct GroupAcc64 {
     for (int h = 0; h < 2; ++h) {
       const float s = f(Row(h));
 #pragma unroll
-      for (int j = 0; j < 8; ++j) d[4 * j + 2 * h] *= s, d[4 * j + 2 * h + 1] *= s;
+      for (int j = 0; j < kTiles; ++j) d[4 * j + 2 * h] *= s, d[4 * j + 2 * h + 1] *= s;
     }
   }
   __device__ __forceinline__ tile::WarpAcc16 Piece(int m) const {
@@ -204,7 +208,9 @@ struct GroupAcc64 {
   __device__ __forceinline__ void StoreRows(bf16* dst, int64_t ld, int rows) const {
     const int r0 = 16 * (threadIdx.x / 32 % 4);
 #pragma unroll
-    for (int m = 0; m < 4; ++m) Piece(m).StoreBf16Global16B(dst + r0 * ld + 16 * m, ld, rows - r0);
+    for (int m = 0; m < kCols / 16; ++m) {
+      Piece(m).StoreBf16Global16B(dst + r0 * ld + 16 * m, ld, rows - r0);
+    }
   }
   // The same in fp32, a pair of columns per store (a warp's store: 8 rows x 32 whole bytes).
   __device__ __forceinline__ void StoreRows(float* dst, int64_t ld, int rows) const {
@@ -214,13 +220,14 @@ struct GroupAcc64 {
       if (r >= rows) continue;
       float* row = dst + r * ld + Col(0);
 #pragma unroll
-      for (int j = 0; j < 8; ++j) {
+      for (int j = 0; j < kTiles; ++j) {
         *reinterpret_cast<float2*>(row + 8 * j) =
             make_float2(d[4 * j + 2 * h], d[4 * j + 2 * h + 1]);
       }
     }
   }
 };
+using GroupAcc64 = GroupAcc<64>;
 
 // A warp's bf16 A fragments (16 rows, one 16-deep k step at a time) of a swizzled tile, by
 // ldmatrix: rows offset .. offset + 15 of the tile, or with kTrans its transpose's (A(i, l) =
