@@ -275,7 +275,7 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, boo
   using tiles::StateBackwardFor, tiles::StateBackwardSmem, tiles::kThreads;
   using tiles::StateBackwardRowsFor, tiles::StateBackwardRowsSmem, tiles::kRowFormCols,
       tiles::kRowFormThreads;
-  PassVariant row_form;
+  PassVariant row_form;  // (a conditional expression in the list below crashed cicc 13.0)
   if (rows) {
     row_form = {StateBackwardRowsFor(nk), StateBackwardRowsSmem(K), kRowFormCols, kRowFormThreads,
                 true};
@@ -319,7 +319,8 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
 }
 
 // Whether the backward's state pass reads MtdO from the scratch: the mma.sync passes but the
-// variant that forms it itself (PickBackwardPass); true where the pick fails (no device).
+// variants that form it themselves (the row form's, and one of the mma.sync pass's;
+// PickBackwardPass); true where the pick fails (no device).
 // p.num_seqs filled in.
 inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns, bool rows) {
   PassVariant pass;
@@ -389,8 +390,8 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
                       b, stream)) != cudaSuccess) {
     return err;
   }
-  // The column pass writes o itself (kOutput), and so does the mma.sync pass's output variant;
-  // after the others, OutputKernel does.
+  // The column pass writes o itself (kOutput), and so do the row form's and the mma.sync pass's
+  // output variants; after the others, OutputKernel does.
   PassVariant pass;
   if ((err = PickForwardPass(p, b.column_passes, b.row_passes, output, &pass)) != cudaSuccess ||
       (err = RunPass(pass, b, stream)) != cudaSuccess) {

@@ -29,7 +29,7 @@ struct RowForwardSet {
 
 // Shared memory: two tile sets, the state's bf16 copy (kNk columns tiles), the decayed new values'
 // and (kOutput) the new values' columns tiles, each warp's staging blocks (the state's kNk, the new
-// values', o's), the copy barriers; the alignment's slack.
+// values', o's), the copy barriers.
 template <int kNk, bool kOutput>
 struct RowForwardLayout {
   using Set = RowForwardSet<kNk, kOutput>;
