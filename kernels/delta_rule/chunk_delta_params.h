@@ -82,12 +82,13 @@ struct ChunkDeltaParams {
   // --- the forward's per-chunk results, kept for the backward (optional) ---
   // *ChunkStatesBytes(params) bytes, 256-byte aligned: the bf16 state entering each chunk and
   // the chunks' new values U - W S (bf16 [B*T, H, V]), which the forward's state pass writes,
-  // and W = T diag(beta gamma) K (bf16 [B*T, H, K]) and the 64 x 64 chunk matrices M (bf16), T
-  // and KD (fp32), which its per-chunk preparation writes. Set for the forward, it writes them
-  // there instead of into its workspace; set for the backward, given the same inputs, the backward
-  // reads them instead of running those two kernels again. Null: the backward recomputes them (less
-  // memory kept between the passes: K V / 32 + 2 V + 2 K + 640 bytes per token and head, 2.2 times
-  // q, k and v at K = V = 128). The workspace sizes depend on whether it is set.
+  // and W = T diag(beta gamma) K (bf16 [B*T, H, K]) and the 64 x 64 chunk matrices M (bf16) and
+  // T with KD packed in one (fp32), which its per-chunk preparation writes. Set for the forward, it
+  // writes them there instead of into its workspace; set for the backward, given the same inputs,
+  // the backward reads them instead of running those two kernels again. Null: the backward
+  // recomputes them (less memory kept between the passes: K V / 32 + 2 V + 2 K + 384 bytes per
+  // token and head, 1.8 times q, k and v at K = V = 128). The workspace sizes depend on whether it
+  // is set.
   void* chunk_states = nullptr;
 
   // Device scratch of at least *WorkspaceBytes(params, backward) bytes, 256-byte aligned.

@@ -14,16 +14,16 @@ namespace flame::kernels::delta_chunk::tiles {
 // Per chunk: QK = Q K^T and KK = K K^T over K, in registers: bf16 products of the bf16 rows
 // (exact, summed in fp32) straight from their asynchronously copied tiles; M = tril(QK * D)
 // goes to the scratch from the registers (and, for the backward's WYBackward, KD =
-// strict_tril(KK * D): by the forward where the caller keeps it, else by the backward's
-// recompute); A = strict_tril(diag(beta) KK * D); T = (I + A)^-1 (stored as KD is, for
-// WYBackward); W = T diag(beta gamma) K (bf16, the state passes' operand) and U = T diag(beta) V
-// (bf16 too), each slice a product of the scaled T as two bf16 tiles (StoreSplitBf16Pair's hi
-// and lo: 16 bits of mantissa) and the rows' tile as copied. Shared memory: two fp32 tiles (A,
-// then the scaled T in bf16; T), G and beta, and the rows' bf16 tiles (k, and q where V's slices
-// land once q is used), 73 KB at K = V = 128 (three blocks per SM). Why: the earlier form
-// loaded q and k through registers into fp32 tiles, one 64-wide slice per step with two barriers,
-// for TF32 products (four operand loads per product where bf16 needs one), and staged M and U
-// through a third tile: 620 us per call at (2,16384,16,128).
+// strict_tril(KK * D), transposed, as the strictly upper part of the packed matrix TKD: by the
+// forward where the caller keeps it, else by the backward's recompute); A = strict_tril(diag(beta)
+// KK * D); T = (I + A)^-1 (TKD's lower part); W = T diag(beta gamma) K (bf16, the state
+// passes' operand) and U = T diag(beta) V (bf16 too), each slice a product of the scaled T as two
+// bf16 tiles (StoreSplitBf16Pair's hi and lo: 16 bits of mantissa) and the rows' tile as copied.
+// Shared memory: two fp32 tiles (A, then the scaled T in bf16; T), G and beta, and the rows' bf16
+// tiles (k, and q where V's slices land once q is used), 73 KB at K = V = 128 (three blocks per
+// SM). Why: the earlier form loaded q and k through registers into fp32 tiles, one 64-wide slice
+// per step with two barriers, for TF32 products (four operand loads per product where bf16 needs
+// one), and staged M and U through a third tile: 620 us per call at (2,16384,16,128).
 __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
   extern __shared__ float4 smem4[];
   float* y = reinterpret_cast<float*>(smem4);  // A (leading dimension kLd), then T diag(f) in bf16
@@ -58,7 +58,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     }
     // The lane's elements in adjacent pairs (x[e], x[e + 1]: columns col, col + 1 of one row).
     bf16* M = b.s.M + Mat(p, chunk, h);
-    float* KD = b.s.KD != nullptr ? b.s.KD + Mat(p, chunk, h) : nullptr;
+    float* TKD = b.s.TKD != nullptr ? b.s.TKD + Mat(p, chunk, h) : nullptr;
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
@@ -75,7 +75,11 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
             make_float2(col < r ? x_kk[0] * d0 : 0.0f, col + 1 < r ? x_kk[1] * d1 : 0.0f);
         *reinterpret_cast<__nv_bfloat162*>(M + r * kBT + col) = m;
         *reinterpret_cast<float2*>(y + r * kLd + col) = make_float2(beta[r] * kd.x, beta[r] * kd.y);
-        if (KD != nullptr) *reinterpret_cast<float2*>(KD + r * kBT + col) = kd;
+        // KD^T above the diagonal: a store instruction fills four 32-byte pieces of rows.
+        if (TKD != nullptr && col < r) {
+          TKD[col * kBT + r] = kd.x;
+          if (col + 1 < r) TKD[(col + 1) * kBT + r] = kd.y;
+        }
       }
     }
   }
@@ -89,7 +93,7 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
     __pipeline_commit();
   }
   InvertUnitLower(T, y);
-  if (b.s.T != nullptr) StoreMat(b.s.T + Mat(p, chunk, h), T);  // the backward (WYBackward)
+  if (b.s.TKD != nullptr) StoreLowerT(b.s.TKD + Mat(p, chunk, h), T);  // for WYBackward
   // T diag(f) into y's space as hi + lo bf16 tiles (its earlier readers are behind the last
   // barrier), each thread the columns m, m + 1 with their factors f(m), then dst = T diag(f) X
   // for each 64-wide slice of the rows' tiles x: the product overwrites its own slice in bf16 once

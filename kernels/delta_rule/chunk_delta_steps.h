@@ -50,7 +50,7 @@ constexpr float kSoftplusThreshold = 20.0f;
 
 // Scratch, carved from params.workspace: fp32 but for the bf16 qn, kn, W, U, Ut, the gradients
 // dUt, dY and dAb, and the per-chunk states S, dS (the bf16 copies the state passes multiply; see
-// chunk_delta_state_pass.cuh); S, Ut, W, M, T and KD come from params.chunk_states instead where
+// chunk_delta_state_pass.cuh); S, Ut, W, M and TKD come from params.chunk_states instead where
 // the caller keeps them (CarveKeptStates). Token tensors are [B*T, H, D] (flat token row
 // r = batch * T + t); chunk matrices are [chunks, H, 64, 64]; states are [chunks, H, K, V].
 struct Scratch {
@@ -69,7 +69,10 @@ struct Scratch {
   __nv_bfloat16* Ut;        // [R,H,V]  the new values U - W S (bf16)
   __nv_bfloat16* S;         // state entering each chunk (bf16)
   // backward
-  float* T;            // chunk matrix: (I + A)^-1 (the forward stores it only where kept)
+  // chunk matrix: T = (I + A)^-1 (lower triangular) on and below the diagonal, and KD^T above it,
+  // KD = strict_tril(K K^T * D): one fp32 matrix where two took twice the bytes to write and
+  // read. From ChunkPrepare (the forward's only where kept), for WYBackward.
+  float* TKD;
   __nv_bfloat16* dS;   // gradient of the state leaving each chunk (bf16)
   float* MtdO;         // [R,H,V]  scale M^T dO, the chunk-local part of dUt (for the mma.sync
                        //          passes that do not form it)
@@ -79,7 +82,6 @@ struct Scratch {
                        //          for RowTerms' (dAb + dAb^T) K)
   float* dk_normed;    // [R,H,K]  l2norm only: the gradients of the normalised k and q
   float* dq_normed;    //          (RowTerms; FinishRowsKernel's input)
-  float* KD;           // chunk matrix: strict_tril(K K^T * D), from ChunkPrepare (as T)
   float* dG;           // [R,H]    WYBackward's part, then (RowGradSumsKernel) the gradient
   float* dG_parts;     // [chunks,H,kMaxKSlices,64]: RowTerms' parts of dG, per 64-wide K slice,
   float* kx_parts;     //          and of gamma_i k_i . dX_i (dbeta's part; times beta_i, dG's)
@@ -168,8 +170,8 @@ inline size_t AlignUp(size_t bytes) { return (bytes + 255) / 256 * 256; }
 
 // Carves what a caller may keep from the forward for the backward (ChunkDeltaParams::
 // chunk_states) from `base` (null: only measures): the per-chunk states S and the new values Ut
-// (the forward's state pass), W and the chunk matrices M, T and KD (its ChunkPrepareKernel, which
-// stores T and KD only there) -- everything the backward would otherwise recompute but the row
+// (the forward's state pass), W and the chunk matrices M and TKD (its ChunkPrepareKernel, which
+// stores TKD only there) -- everything the backward would otherwise recompute but the row
 // scalars and the gate's cumsum. Returns the bytes used.
 inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s) {
   const size_t rows = static_cast<size_t>(TokenRows(p)) * p.heads;
@@ -185,10 +187,9 @@ inline size_t CarveKeptStates(const ChunkDeltaParams& p, void* base, Scratch* s)
     s->S = reinterpret_cast<__nv_bfloat16*>(at += ut);
     s->W = reinterpret_cast<__nv_bfloat16*>(at += states);
     s->M = reinterpret_cast<__nv_bfloat16*>(at += w);
-    s->T = reinterpret_cast<float*>(at += m);
-    s->KD = reinterpret_cast<float*>(at + mat);
+    s->TKD = reinterpret_cast<float*>(at + m);
   }
-  return ut + states + w + m + 2 * mat;
+  return ut + states + w + m + mat;
 }
 
 // Carves the scratch from `base` (null: only measures). Returns the bytes used. `mtdo`: the
@@ -226,7 +227,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
   x.U = nullptr;
   if (!backward || !kept) take(&x.U, R * V);
   if (backward) {
-    if (!kept) take(&x.T, mat), take(&x.KD, mat);
+    if (!kept) take(&x.TKD, mat);
     take(&x.dS, state), take(&x.dUt, R * V);
     x.MtdO = nullptr;
     if (mtdo) take(&x.MtdO, R * V);

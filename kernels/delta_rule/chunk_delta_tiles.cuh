@@ -16,7 +16,7 @@
 //   PrepareRowsKernel     (rows * H / 8)       q, k rows (l2norm), beta (sigmoid), g (in-kernel
 //                                              gate); where q and k are read in place, the
 //                                              scalar step RowScalars instead
-//   ChunkPrepareKernel    (chunks, H)          M, T = (I + A)^-1, W, U, KD in the backward
+//   ChunkPrepareKernel    (chunks, H)          M, W, U, and in the backward T = (I + A)^-1 and KD
 //                                              (chunk_delta_prepare.cuh)
 //   StateForwardKernel    (V/32 or V/64, H, N) sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh; on the H100/H200
@@ -127,26 +127,31 @@ __device__ inline void StoreAccRows(const Acc& acc, __nv_bfloat16* dst, int64_t 
   acc.StoreBf16Global16B(dst, ld, rows);
 }
 
-__device__ inline void StoreMat(float* dst, const float* src) {
-  ForBlockItems<kThreads, kBT * 16>([&](int idx) {
-    const int r = idx / 16, c4 = idx % 16;
-    *reinterpret_cast<float4*>(dst + r * kBT + c4 * 4) =
-        *reinterpret_cast<const float4*>(src + r * kLd + c4 * 4);
-  });
+// The lower part of the packed chunk matrix TKD (Scratch::TKD; dst: 64 x 64, leading dimension
+// 64) from T = (I + A)^-1 in shared memory (leading dimension kLd), its diagonal included. A
+// thread keeps one column, so that a warp's stores are one row's 128 bytes, and the stores leave
+// the upper part (KD^T, stored from the registers) alone.
+__device__ inline void StoreLowerT(float* dst, const float* T) {
+  const int j = threadIdx.x % kBT;
+  for (int i = threadIdx.x / kBT; i < kBT; i += kThreads / kBT) {
+    if (j <= i) dst[i * kBT + j] = T[i * kLd + j];
+  }
 }
 
-// A 64 x 64 fp32 tile (leading dimension kLd) as a split tile (bf16 hi + lo, tile::kLdSplit), by
-// the block, four columns a thread and step: exact for TF32 values (their 11 significant bits fit
-// in hi's 8 and lo's 8). Not synchronised.
-__device__ inline void StoreSplitTile(__nv_bfloat16* dst, const float* src) {
+// T as a split tile (bf16 hi + lo, tile::kLdSplit) from a copy of the packed matrix TKD (leading
+// dimension kLd), whose lower part holds it: zeros above the diagonal, where TKD holds KD^T. By
+// the block, four columns a thread and step: exact for T's TF32 values (their 11 significant bits
+// fit in hi's 8 and lo's 8). Not synchronised.
+__device__ inline void StoreSplitLowerT(__nv_bfloat16* dst, const float* tkd) {
   ForBlockItems<kThreads, kBT * 16>([&](int idx) {
     const int r = idx / 16, c4 = idx % 16 * 4;
-    const float4 x = *reinterpret_cast<const float4*>(src + r * kLd + c4);
+    const float4 x = *reinterpret_cast<const float4*>(tkd + r * kLd + c4);
+    const auto lower = [&](int c, float v) { return c <= r ? v : 0.0f; };
     uint2 hi, lo;
     __nv_bfloat16* h = reinterpret_cast<__nv_bfloat16*>(&hi);
     __nv_bfloat16* l = reinterpret_cast<__nv_bfloat16*>(&lo);
-    tile::StoreSplitBf16Pair(h, l, x.x, x.y);
-    tile::StoreSplitBf16Pair(h + 2, l + 2, x.z, x.w);
+    tile::StoreSplitBf16Pair(h, l, lower(c4, x.x), lower(c4 + 1, x.y));
+    tile::StoreSplitBf16Pair(h + 2, l + 2, lower(c4 + 2, x.z), lower(c4 + 3, x.w));
     __nv_bfloat16* at = dst + r * tile::kLdSplit + c4;
     *reinterpret_cast<uint2*>(at) = hi;
     *reinterpret_cast<uint2*>(at + tile::kSplitLoStep) = lo;

@@ -43,9 +43,10 @@ struct WYProductSteps {
 // Shared memory: T as a split tile (bf16 hi + lo, tile::kLdSplit; read transposed by ldmatrix);
 // two slice buffers of three bf16 tiles (dUt, v, Ut: dUt and v adjacent, so that dY's split tile
 // takes their place once they are read); G and beta; the row parts of v . dY and of rowsum(t)
-// (four warps per row) and the column parts of t^T beta (two warps per column). T arrives in fp32
-// in the second buffer and KD (fp32) in the buffer the last slice leaves free; dAb + dAb^T (split)
-// goes to the last slice's buffer. 75.8 KB: three blocks per multiprocessor on the H200.
+// (four warps per row) and the column parts of t^T beta (two warps per column). The packed matrix
+// TKD (fp32; T on and below the diagonal, KD^T above it) arrives in the second buffer, and again in
+// the buffer the last slice leaves free, where its KD is read; dAb + dAb^T (split) goes to the last
+// slice's buffer. 75.8 KB: three blocks per multiprocessor on the H200.
 struct WYBackwardLayout {
   static constexpr int kSlice = 3 * kBf16Tile * 2;  // bytes
   static constexpr int kSplitTile = kBT * tile::kLdSplit * 2;
@@ -57,7 +58,7 @@ struct WYBackwardLayout {
   static constexpr int kTColParts = kTRowParts + tile::kAcc64ColumnTiles * kBT * 4;
   static constexpr int kBytes = kTColParts + 2 * kBT * 4;
   static_assert(kSplitTile <= 2 * kBf16Tile * 2, "dY's split tile fits in dUt's and v's space");
-  static_assert(kTile * 4 <= kSlice, "an fp32 tile (T, KD) fits in a slice buffer");
+  static_assert(kTile * 4 <= kSlice, "an fp32 tile (TKD) fits in a slice buffer");
 };
 
 // Per (chunk, head), with Y = diag(beta) V, X = diag(beta gamma) K (chunk_delta_steps.h):
@@ -66,8 +67,8 @@ struct WYBackwardLayout {
 //   dA  = -strict_tril(dY Ut^T)        (the gradient through T = (I + A)^-1)
 //   dAb = diag(beta) dA * D            (strictly lower; dAb + dAb^T to the scratch as bf16 hi and
 //                                       lo matrices, for RowTerms' dk += (dAb + dAb^T) K)
-// and, with t = dA * KD (KD = strict_tril(K K^T * D), ChunkPrepare's), the rows' parts of the
-// scalar gradients that need no key slice:
+// and, with t = dA * KD (KD = strict_tril(K K^T * D), ChunkPrepare's, in TKD), the rows' parts
+// of the scalar gradients that need no key slice:
 //   dG_i    = beta_i rowsum_i(t) - (t^T beta)_i       (to dG)
 //   dbeta_i = rowsum_i(t) + v_i . dY_i                (to p.dbeta, before the sigmoid)
 // RowGradSumsKernel adds RowTerms' parts (with k_i . dX_i).
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   const int V = p.v_dim, slices = V / kBT;
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
                   c.rows);
-  IssueMat<kLd>(reinterpret_cast<float*>(buffer(1)), b.s.T + Mat(p, chunk, h));
+  IssueMat<kLd>(reinterpret_cast<float*>(buffer(1)), b.s.TKD + Mat(p, chunk, h));
   __pipeline_commit();
   const int64_t tok_stride = int64_t{p.heads} * V;
   const TokTilePieces tok_pieces(tok_stride), v_pieces(p.v_strides.token);
@@ -111,7 +112,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   const bf16* const v_chunk = p.v + In(p.v_strides, c.batch, c.t0, h);
   bf16* const dy_chunk = TokPtr(b.s.dY, p, c, 0, h, V);
   bf16* const dv_chunk = p.dv + In(p.v_strides, c.batch, c.t0, h);
-  // Slice n into buffer n % 2; after the last, KD.
+  // Slice n into buffer n % 2; after the last, TKD again (for KD; mostly from L2).
   const auto issue = [&](int n) {
     bf16* const buf = buffer(n);
     if (n < slices) {
@@ -119,14 +120,14 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
       v_pieces.Issue(buf + kBf16Tile, v_chunk + n * kBT, c.rows, 1);
       tok_pieces.Issue(buf + 2 * kBf16Tile, ut_chunk + n * kBT, c.rows, 1);
     } else {
-      IssueMat<kLd>(reinterpret_cast<float*>(buf), b.s.KD + Mat(p, chunk, h));
+      IssueMat<kLd>(reinterpret_cast<float*>(buf), b.s.TKD + Mat(p, chunk, h));
     }
     __pipeline_commit();
   };
   issue(0);
   __pipeline_wait_prior(1);
-  __syncthreads();  // T (fp32), G and beta are in
-  StoreSplitTile(T, reinterpret_cast<const float*>(buffer(1)));
+  __syncthreads();  // TKD (fp32), G and beta are in
+  StoreSplitLowerT(T, reinterpret_cast<const float*>(buffer(1)));
   Acc dA;  // dY Ut^T, of which dA is minus the strictly lower part
   dA.Zero();
   for (int n = 0; n < slices; ++n) {
@@ -159,10 +160,10 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
                                          kSplitLoStep, ut, kLdBf16);
   }
   __pipeline_wait_prior(0);
-  __syncthreads();  // KD is in; the last slice's buffer is read
-  const float* const KD = reinterpret_cast<const float*>(buffer(slices));
+  __syncthreads();  // TKD is in; the last slice's buffer is read
+  const float* const tkd = reinterpret_cast<const float*>(buffer(slices));
   bf16* const dAb = buffer(slices + 1);  // split
-  // t = dA * KD in dA's registers (KD is zero on and above the diagonal); dAb + dAb^T as a split
+  // t = dA * KD in dA's registers (KD^T: TKD's strictly upper part); dAb + dAb^T as a split
   // tile: the thread of a lower element writes it and its mirror (and the diagonal's zero), so
   // that every element is written once.
   const auto put_ab = [&](int r, int col, bf16 hi, bf16 lo) {
@@ -181,7 +182,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
       const bf16 zero = __float2bfloat16_rn(0.0f);
       put_ab(r, r, zero, zero);
     }
-    return da * KD[r * kLd + col];
+    return da * tkd[col * kLd + r];  // da is 0 on and above the diagonal
   });
   // rowsum_i(t) from the registers; (t^T beta)_i from the lane's columns (StoreColumnSumParts).
   const Acc& t = dA;

@@ -28,8 +28,8 @@ TEST(ChunkDeltaRuleStates, LeaveTheWorkspaceForTheCallerWhoKeepsThem) {
   const size_t states = 4 * 2 * 128 * 64 * 2;  // bf16 per chunk and head
   const size_t w = 2 * 100 * 2 * 128 * 2;      // W, bf16 [B*T, H, K]
   const size_t m = 4 * 2 * 64 * 64 * 2;        // M: bf16 64 x 64 per chunk and head
-  const size_t matrix = 4 * 2 * 64 * 64 * 4;   // T and KD: fp32 64 x 64 per chunk and head
-  const size_t kept_bytes = ut + states + w + m + 2 * matrix;
+  const size_t matrix = 4 * 2 * 64 * 64 * 4;   // T and KD packed: fp32 64 x 64 per chunk, head
+  const size_t kept_bytes = ut + states + w + m + matrix;
   EXPECT_EQ(DeltaRuleChunkStatesBytes(p), kept_bytes);
   EXPECT_EQ(GatedDeltaRuleChunkStatesBytes(p), kept_bytes);
   const size_t forward = DeltaRuleChunkWorkspaceBytes(p, false);

@@ -10,7 +10,7 @@
 // g and states; int32 cu_seqlens with chunk offsets), the entry points convert into them
 // differentiably. The saved tensors are the inputs and what the forward keeps for the backward
 // (ChunkDeltaParams::chunk_states: the per-chunk states, the chunks' new values, W and the chunk
-// matrices M, T and KD -- 2.2 times the bytes of q, k and v at K = V = 128), which spare the
+// matrices M and T with KD -- 1.8 times the bytes of q, k and v at K = V = 128), which spare the
 // backward the forward's sequential state pass (587 us of 7.2 ms forward + backward at
 // (1,8192,96,128) on the H200, ncu) and its per-chunk preparation (then 6.50 -> 5.91 ms there,
 // side by side); the backward recomputes only the row scalars and the gate's cumsum.
