@@ -439,7 +439,8 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   }
   const dim3 row_terms(p.total_chunks * (p.k_dim / kBT), p.heads);
   if (b.warpgroup_products) {
-    err = RunTiles(tiles::RowTermsWgmmaKernel, row_terms, tiles::RowTermsWgmmaSmem(), b, stream);
+    err = RunTiles(gated ? tiles::RowTermsWgmmaKernel<true> : tiles::RowTermsWgmmaKernel<false>,
+                   row_terms, tiles::RowTermsWgmmaSmem(), b, stream);
   } else {
     err = RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
   }

@@ -66,8 +66,10 @@ __global__ void __launch_bounds__(kThreads, 3) ChunkPrepareKernel(StepBase b) {
         const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
         const float* x_qk = qk.part[i].x + e;
         const float* x_kk = kk.part[i].x + e;
-        const float d0 = r < c.rows && col <= r ? __expf(G[r] - G[col]) : 0.0f;
-        const float d1 = r < c.rows && col + 1 <= r ? __expf(G[r] - G[col + 1]) : 0.0f;
+        // (Ungated, G = 0: the decays are 1.)
+        const float d0 = r < c.rows && col <= r ? (b.gated ? __expf(G[r] - G[col]) : 1.0f) : 0.0f;
+        const float d1 =
+            r < c.rows && col + 1 <= r ? (b.gated ? __expf(G[r] - G[col + 1]) : 1.0f) : 0.0f;
         // M in bf16: the output's and LocalValueGrads' bf16 products read it (fla's output
         // kernel takes its score matrix in bf16 too), at half the bytes of fp32.
         const __nv_bfloat162 m = __floats2bfloat162_rn(x_qk[0] * d0, x_qk[1] * d1);

@@ -355,7 +355,7 @@ __global__ void __launch_bounds__(kThreads) RowGradSumsKernel(StepBase b) {
     float dG = 0.0f, kx = 0.0f;
     for (int slice = 0; slice < nk; ++slice) {
       const int64_t at = DGPart(p, chunk, h, slice) + r;
-      dG += b.s.dG_parts[at];
+      if (b.gated) dG += b.s.dG_parts[at];  // (RowTerms forms no dG parts ungated)
       kx += b.s.kx_parts[at];
     }
     dG_sum[r][j] = dG;
@@ -367,7 +367,7 @@ __global__ void __launch_bounds__(kThreads) RowGradSumsKernel(StepBase b) {
     if (h >= p.heads || r >= c.rows) return;
     const int64_t row = Tok(p, c.row + r, h, 1);
     const float beta = b.s.bt[row], kx = kx_sum[r][j];
-    b.s.dG[row] += dG_sum[r][j] + beta * kx;
+    if (b.gated) b.s.dG[row] += dG_sum[r][j] + beta * kx;
     float& dbeta = p.dbeta[In(p.scalar_strides, c.batch, c.t0 + r, h)];
     const float d = dbeta + kx;
     dbeta = p.beta_sigmoid ? d * beta * (1.0f - beta) : d;
