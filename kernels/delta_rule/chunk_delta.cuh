@@ -442,7 +442,8 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
     err = RunTiles(gated ? tiles::RowTermsWgmmaKernel<true> : tiles::RowTermsWgmmaKernel<false>,
                    row_terms, tiles::RowTermsWgmmaSmem(), b, stream);
   } else {
-    err = RunTiles(tiles::RowTermsKernel, row_terms, tiles::RowTermsSmem(), b, stream);
+    err = RunTiles(gated ? tiles::RowTermsKernel<true> : tiles::RowTermsKernel<false>, row_terms,
+                   tiles::RowTermsSmem(), b, stream);
   }
   if (err != cudaSuccess ||
       (err = RunTiles(tiles::RowGradSumsKernel,

@@ -99,6 +99,9 @@ __device__ __forceinline__ void RowTermsStepProducts(Acc& sdo, Acc& ys, Acc& dkd
   }
 }
 
+// kGated: b.gated. Ungated (the delta rule, G = 0) the kernel forms no part of dG, as
+// RowTermsWgmmaKernel (chunk_delta_row_terms_wgmma.cuh).
+template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   using L = RowTermsLayout;
   extern __shared__ float4 smem4[];
@@ -135,7 +138,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   qk_pieces.Issue(k, b.s.kn + Tok(p, c.row, h, K) + k0, c.rows, 1);
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
                   c.rows);
-  if (first_slice) {
+  if (kGated && first_slice) {  // M: only for dG's P sums
     TokTilePieces(kBT).Issue(M, b.s.M + Mat(p, chunk, h), kBT, 1);
   }
   const bf16* S = b.s.S + State(p, chunk, h) + int64_t{k0} * V;
@@ -164,7 +167,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       decay[threadIdx.x] = expf(G[c.rows - 1] - G[threadIdx.x]);
     }
     RowTermsStepProducts(sdo, ys, dkd, dm, s, ds, d_o, dy, ut);
-    state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'> over this step's tiles
+    if constexpr (kGated) state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'>, this step's
     __syncthreads();
   }
   // dAb + dAb^T (WYBackward's hi and lo matrices), while dMD and the row parts form.
@@ -182,13 +185,16 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   // k_L.dKd_L's size in a dG that strong decay makes near zero (da then failed its bar at
   // gate normaliser 100).
   float keys = 0.0f;
-  tile::StoreRowSumParts(row_parts, [&](int r, int col, int i, int e) {
-    const float2 qv = tile::TilePairAt(q, r, col), kv = tile::TilePairAt(k, r, col);
-    const float key =
-        r == c.rows - 1 ? 0.0f : decay[r] * (kv.x * dkd.part[i].x[e] + kv.y * dkd.part[i].x[e + 1]);
-    keys += key;
-    return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key;
-  });
+  if constexpr (kGated) {
+    tile::StoreRowSumParts(row_parts, [&](int r, int col, int i, int e) {
+      const float2 qv = tile::TilePairAt(q, r, col), kv = tile::TilePairAt(k, r, col);
+      const float key = r == c.rows - 1
+                            ? 0.0f
+                            : decay[r] * (kv.x * dkd.part[i].x[e] + kv.y * dkd.part[i].x[e + 1]);
+      keys += key;
+      return p.scale * gamma[r] * (qv.x * sdo.part[i].x[e] + qv.y * sdo.part[i].x[e + 1]) - key;
+    });
+  }
   // gamma_i k_i.dX_i = -gamma_i k_i.(dY S^T)_i; then dY S^T joins dk's accumulator, so that it is
   // not held through dMD's forming (held there, the kernel spilled on sm_80).
   tile::StoreRowSumParts(kx_parts, [&](int r, int col, int i, int e) {
@@ -221,11 +227,11 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       const int r = Acc::ElementRow(i, e), col = Acc::ElementCol(e);
       const float dm0 = dm.part[i].x[e], dm1 = dm.part[i].x[e + 1];
       const float f = r < c.rows ? p.scale : 0.0f;
-      tile::StoreSplitBf16Pair(
-          dmd_hi + r * kLdBf16 + col, dmd_lo + r * kLdBf16 + col,
-          col <= r ? f * dm0 * ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 0.0f,
-          col + 1 <= r ? f * dm1 * ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 0.0f);
-      if (first_slice) {
+      const float d0 = kGated ? ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 1.0f;
+      const float d1 = kGated ? ptx::Exp2((G[r] - G[col + 1]) * ptx::kRcpLn2) : 1.0f;
+      tile::StoreSplitBf16Pair(dmd_hi + r * kLdBf16 + col, dmd_lo + r * kLdBf16 + col,
+                               col <= r ? f * dm0 * d0 : 0.0f, col + 1 <= r ? f * dm1 * d1 : 0.0f);
+      if (kGated && first_slice) {
         const float2 mv = tile::TilePairAt(M, r, col);
         const float p0 = col < r ? f * dm0 * mv.x : 0.0f, p1 = col + 1 < r ? f * dm1 * mv.y : 0.0f;
         p_row[2 * i + e / 2 % 2] += p0 + p1;
@@ -234,17 +240,19 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       }
     }
   }
-  if (first_slice) {
+  if (kGated && first_slice) {
     tile::StoreRowSumParts(
         row_parts, [&](int, int, int i, int e) { return e < 4 ? p_row[2 * i + e / 2] : 0.0f; },
         true);
     tile::StoreColumnSumParts(col_parts, p_col);
   }
-  state_dot = WarpSum(state_dot);
-  keys = WarpSum(keys);
-  if (threadIdx.x % 32 == 0) {
-    warp_sums[threadIdx.x / 32] = state_dot;
-    warp_sums[kWarps + threadIdx.x / 32] = keys;
+  if constexpr (kGated) {
+    state_dot = WarpSum(state_dot);
+    keys = WarpSum(keys);
+    if (threadIdx.x % 32 == 0) {
+      warp_sums[threadIdx.x / 32] = state_dot;
+      warp_sums[kWarps + threadIdx.x / 32] = keys;
+    }
   }
   __pipeline_wait_prior(0);
   __syncthreads();  // dMD, dAb + dAb^T and every row part are in
@@ -262,7 +270,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   } else {
     StoreAccRows(dkd, p.dk + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
   }
-  if (threadIdx.x < kBT) {
+  if (kGated && threadIdx.x < kBT) {
     const int r = threadIdx.x;
     float dG = tile::RowSum(row_parts, r);
     if (first_slice) dG -= col_parts[r] + col_parts[kBT + r];
@@ -272,6 +280,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
       dG += gamma[r] * state + key_sum;
     }
     b.s.dG_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? dG : 0.0f;
+  }
+  if (threadIdx.x < kBT) {
+    const int r = threadIdx.x;
     b.s.kx_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? tile::RowSum(kx_parts, r) : 0.0f;
   }
 }
