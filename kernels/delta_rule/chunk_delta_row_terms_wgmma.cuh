@@ -371,7 +371,8 @@ __global__ void __launch_bounds__(kThreads, 2)
     wgmma::MmaSharedA64<true>(acc1.d, dab_desc + kSwizzledTileBytes / 16 + s * 2, k_desc + s * 128);
   }
   wgmma::Commit();
-  if (threadIdx.x >= kThreads - kBT) {  // the slice's part of dG, while the products run
+  // The slice's parts of dbeta and (gated) dG, while the products run.
+  if (threadIdx.x >= kThreads - kBT) {
     const int r = threadIdx.x - (kThreads - kBT);
     b.s.kx_parts[DGPart(p, chunk, h, slice) + r] = r < c.rows ? kx_rows[r] : 0.0f;
   }
