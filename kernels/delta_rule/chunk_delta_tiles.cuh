@@ -30,14 +30,16 @@
 //                                              backward pass does not form it
 //   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
 //                                              StateBackwardWgmmaKernel)
-//   WYBackwardKernel      (chunks, H)          through T: dv, dY, dAb + dAb^T, the parts of dG
-//                                              and dbeta without k (chunk_delta_wy_backward.cuh)
+//   WYBackwardKernel      (chunks, H)          through T: dv, dY, dAb + dAb^T, the parts of dbeta
+//                                              and (gated) dG without k
+//                                              (chunk_delta_wy_backward.cuh)
 //   RowTermsKernel        (chunks * K/64, H)   dq, dk (of the normalised q and k with the
-//                                              l2norm), parts of dG and dbeta
+//                                              l2norm), parts of dbeta and (gated) dG
 //                                              (chunk_delta_row_terms.cuh; on the H100/H200
 //                                              RowTermsWgmmaKernel,
 //                                              chunk_delta_row_terms_wgmma.cuh)
-//   RowGradSumsKernel     (chunks, H/32)       dG, dbeta: the two kernels' parts summed
+//   RowGradSumsKernel     (chunks, H/32)       dbeta and (gated) dG: the two kernels' parts
+//                                              summed
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp

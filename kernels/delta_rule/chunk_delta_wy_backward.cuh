@@ -69,7 +69,7 @@ struct WYBackwardLayout {
 //                                       lo matrices, for RowTerms' dk += (dAb + dAb^T) K)
 // and, with t = dA * KD (KD = strict_tril(K K^T * D), ChunkPrepare's, in TKD), the rows' parts
 // of the scalar gradients that need no key slice:
-//   dG_i    = beta_i rowsum_i(t) - (t^T beta)_i       (to dG)
+//   dG_i    = beta_i rowsum_i(t) - (t^T beta)_i       (to dG; the gated rule only)
 //   dbeta_i = rowsum_i(t) + v_i . dY_i                (to p.dbeta, before the sigmoid)
 // RowGradSumsKernel adds RowTerms' parts (with k_i . dX_i).
 //
