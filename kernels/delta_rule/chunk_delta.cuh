@@ -26,6 +26,7 @@
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
 #include "kernels/delta_rule/chunk_delta_prepare.cuh"
+#include "kernels/delta_rule/chunk_delta_prepare_wgmma.cuh"
 #include "kernels/delta_rule/chunk_delta_row_backward.cuh"
 #include "kernels/delta_rule/chunk_delta_row_forward.cuh"
 #include "kernels/delta_rule/chunk_delta_row_terms.cuh"
@@ -386,10 +387,13 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
   // Ungated, the row scalars wrote G = 0 (StoreRowScalars).
   if (b.gated && (err = RunScan(GateCumsumKernel, b, stream)) != cudaSuccess) return err;
   if (kept) return cudaSuccess;
-  if ((err = RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.k_dim, p.v_dim),
-                      b, stream)) != cudaSuccess) {
-    return err;
-  }
+  err = b.warpgroup_products
+            ? RunTiles(b.gated ? tiles::ChunkPrepareWgmmaKernel<true>
+                               : tiles::ChunkPrepareWgmmaKernel<false>,
+                       chunks, tiles::ChunkPrepareWgmmaSmem(p.k_dim, p.v_dim), b, stream)
+            : RunTiles(tiles::ChunkPrepareKernel, chunks, tiles::ChunkPrepareSmem(p.k_dim, p.v_dim),
+                       b, stream);
+  if (err != cudaSuccess) return err;
   // The column pass writes o itself (kOutput), and so do the row form's and the mma.sync pass's
   // output variants; after the others, OutputKernel does.
   PassVariant pass;

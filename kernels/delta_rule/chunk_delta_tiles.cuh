@@ -17,7 +17,9 @@
 //                                              gate); where q and k are read in place, the
 //                                              scalar step RowScalars instead
 //   ChunkPrepareKernel    (chunks, H)          M, W, U, and in the backward T = (I + A)^-1 and KD
-//                                              (chunk_delta_prepare.cuh)
+//                                              (chunk_delta_prepare.cuh; on the H100/H200
+//                                              ChunkPrepareWgmmaKernel,
+//                                              chunk_delta_prepare_wgmma.cuh)
 //   StateForwardKernel    (V/32 or V/64, H, N) sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh; on the H100/H200
 //                                              for wide batches at K <= 128 the column form,
@@ -194,7 +196,9 @@ __device__ __forceinline__ void MmaSplitTf32Warp16(tile::WarpAcc16& acc, int kd,
 //   inv([[I + A_11, 0], [A_21, I + A_22]]) = [[T_1, 0], [-T_2 (A_21 T_1), T_2]],
 // the two products of each step on tensor cores (MmaSplitTf32Warp16, one warp per 16 x 16 tile,
 // the second product by the warp or after a barrier). Everything else in fp32; rows with A = 0
-// (past the chunk's end) stay unit rows. Writes T (rounded to TF32: an operand); ends synchronised.
+// (past the chunk's end) stay unit rows. Writes T (rounded to TF32: an operand; FinishT); ends
+// synchronised. With kFinish false it leaves FinishT to the caller, whose pass over T applies it
+// per element: the blocks above the diagonal hold intermediates then.
 // (The off-diagonal blocks by block rows on the CUDA cores, each thread four columns of one row,
 // took 51 of ChunkPrepare's 236 us per call at (8, 2048, 16, 128), bound by their shared-memory
 // loads; this way ChunkPrepare takes 214.) The intermediates A_21 T_1 wait in the upper
@@ -202,6 +206,13 @@ __device__ __forceinline__ void MmaSplitTf32Warp16(tile::WarpAcc16& acc, int kd,
 constexpr int kInvBlock = 16;
 constexpr int kInvBlocks = kBT / kInvBlock;
 
+// Element (row, col) of T as InvertUnitLower leaves it (x) to its final value: zero in the 16 x 16
+// blocks above the diagonal (the intermediates' place), else rounded to TF32.
+__device__ __forceinline__ float FinishT(int row, int col, float x) {
+  return row / kInvBlock < col / kInvBlock ? 0.0f : tile::RoundTf32(x);
+}
+
+template <bool kFinish = true>
 __device__ inline void InvertUnitLower(float* T, const float* A) {
   static_assert(kThreads == kInvBlocks * kInvBlock * 4, "four lanes per column of a block");
   {
@@ -265,11 +276,12 @@ __device__ inline void InvertUnitLower(float* T, const float* A) {
     t.Store(T + (2 * kB + kB * r) * kLd + kB * c, kLd);
   }
   __syncthreads();
+  if (!kFinish) return;
   const int col = threadIdx.x % kBT;  // a fixed column per thread: no index arithmetic per element
 #pragma unroll
   for (int row = threadIdx.x / kBT; row < kBT; row += kThreads / kBT) {
     float& x = T[row * kLd + col];
-    x = row / kInvBlock < col / kInvBlock ? 0.0f : tile::RoundTf32(x);
+    x = FinishT(row, col, x);
   }
   __syncthreads();
 }
