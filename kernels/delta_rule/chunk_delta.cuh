@@ -437,8 +437,8 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   }
   if ((err = RunPass(pass, b, stream)) != cudaSuccess) return err;
   // WYBackward first: RowTerms reads its dY and dAb + dAb^T and finishes dq and dk.
-  if ((err = RunTiles(tiles::WYBackwardKernel, chunks, tiles::WYBackwardSmem(), b, stream)) !=
-      cudaSuccess) {
+  if ((err = RunTiles(gated ? tiles::WYBackwardKernel<true> : tiles::WYBackwardKernel<false>,
+                      chunks, tiles::WYBackwardSmem(), b, stream)) != cudaSuccess) {
     return err;
   }
   const dim3 row_terms(p.total_chunks * (p.k_dim / kBT), p.heads);

@@ -82,6 +82,9 @@ struct WYBackwardLayout {
 // in fp32; here dT = tril(dW X^T + dUt Y^T), Z = dT T^T, dA = -T^T Z, and dk finished in a second
 // pass over the key slices, dW, k and those row terms: 803 us (1880 + 428 MB), RowTerms 849;
 // forward + backward there 3.12 -> 2.83 ms.)
+// kGated: b.gated (ungated, no dG and no decays; as a runtime branch, each element of dAb took a
+// branch of its own).
+template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   using L = WYBackwardLayout;
   using tile::kLdSplit;
@@ -173,7 +176,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   dA.Transform([&](int r, int col, float x) {
     const float da = r < c.rows && col < r ? -x : 0.0f;
     if (col < r) {
-      const float ab = beta[r] * da * (b.gated ? ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 1.0f);
+      const float ab = beta[r] * da * (kGated ? ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 1.0f);
       const bf16 hi = __float2bfloat16_rn(ab);
       const bf16 lo = __float2bfloat16_rn(ab - __bfloat162float(hi));
       put_ab(r, col, hi, lo);
@@ -188,7 +191,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   const Acc& t = dA;
   tile::StoreRowSumParts(
       t_row_parts, [&](int, int, int i, int e) { return t.part[i].x[e] + t.part[i].x[e + 1]; });
-  if (b.gated) {          // (the ungated rule has no dG)
+  if (kGated) {           // (the ungated rule has no dG)
     float t_col[4] = {};  // [2 n8 + b]: column ElementCol(4 n8 + b)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
@@ -210,7 +213,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   if (threadIdx.x < c.rows) {
     const int r = threadIdx.x;
     const float t_sum = tile::RowSum(t_row_parts, r);
-    if (b.gated) {
+    if (kGated) {
       b.s.dG[Tok(p, c.row + r, h, 1)] = beta[r] * t_sum - (t_col_parts[r] + t_col_parts[kBT + r]);
     }
     p.dbeta[In(p.scalar_strides, c.batch, c.t0 + r, h)] = t_sum + tile::RowSum(vdy_parts, r);
