@@ -57,17 +57,16 @@ template <bool kGated>
 __global__ void __launch_bounds__(kThreads, 3)
     ChunkPrepareWgmmaKernel(const __grid_constant__ StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
-  using L = ChunkPrepareWgmmaLayout;
   extern __shared__ float4 smem4[];
   char* at;
   const uint32_t at_s = AlignedSharedBase(smem4, &at);
   const ChunkDeltaParams& p = b.p;
-  const L layout(p.k_dim, p.v_dim);
-  float* y = reinterpret_cast<float*>(at + L::kY);
-  float* T = reinterpret_cast<float*>(at + L::kT);
+  const ChunkPrepareWgmmaLayout layout(p.k_dim, p.v_dim);  // (its constants too)
+  float* y = reinterpret_cast<float*>(at + layout.kY);
+  float* T = reinterpret_cast<float*>(at + layout.kT);
   float* G = reinterpret_cast<float*>(at + layout.Scalars());
   float* beta = G + kBT;
-  const uint32_t keys = at_s + L::kKeys, rows = at_s + layout.Rows();
+  const uint32_t keys = at_s + layout.kKeys, rows = at_s + layout.Rows();
   const int chunk = blockIdx.x, h = blockIdx.y, nk = layout.nk, nv = p.v_dim / kBT;
   const int group = threadIdx.x / 128;
   const Chunk c = LocateChunk(p, chunk);
@@ -92,7 +91,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   __pipeline_wait_prior(0);
   bar.Wait(0);
   // (The keys, then the queries: adjacent.)
-  if (c.rows < kBT) ZeroRowsPast(reinterpret_cast<bf16*>(at + L::kKeys), 2 * nk, c.rows);
+  if (c.rows < kBT) ZeroRowsPast(reinterpret_cast<bf16*>(at + layout.kKeys), 2 * nk, c.rows);
   wgmma::FenceSharedForProducts();
   __syncthreads();
   {
@@ -193,7 +192,7 @@ __global__ void __launch_bounds__(kThreads, 3)
       const int r = warp + kWarps * i;
       const float2 x = *reinterpret_cast<const float2*>(T + r * kLd + m);
       t[i] = make_float2(FinishT(r, m, x.x), FinishT(r, m + 1, x.y));
-      bf16* hi = reinterpret_cast<bf16*>(at + L::kY + r * 128 + put);
+      bf16* hi = reinterpret_cast<bf16*>(at + layout.kY + r * 128 + put);
       tile::StoreSplitBf16Pair(hi, hi + kSwizzledTile, t[i].x * beta0 * gamma0,
                                t[i].y * beta1 * gamma1);
       if (tkd != nullptr && m <= r) {  // (KD^T, above the diagonal, is the key warpgroup's)
@@ -207,7 +206,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     __syncthreads();  // T is read
 #pragma unroll
     for (int i = 0; i < kBT / kWarps; ++i) {
-      bf16* hi = reinterpret_cast<bf16*>(at + L::kT + (warp + kWarps * i) * 128 + put);
+      bf16* hi = reinterpret_cast<bf16*>(at + layout.kT + (warp + kWarps * i) * 128 + put);
       tile::StoreSplitBf16Pair(hi, hi + kSwizzledTile, t[i].x * beta0, t[i].y * beta1);
     }
   }
@@ -221,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, 3)
     const int item = 2 * n + group < items ? 2 * n + group : items - 1;
     const bool w = item < nk;
     const int slice = w ? item : item - nk;
-    const uint64_t a = wgmma::DescriptorSwizzle128(at_s + (w ? L::kY : L::kT));
+    const uint64_t a = wgmma::DescriptorSwizzle128(at_s + (w ? layout.kY : layout.kT));
     const uint64_t bx = wgmma::DescriptorSwizzle128((w ? keys : rows) + slice * kSwizzledTileBytes);
     GroupAcc64 acc;
     acc.Zero();
