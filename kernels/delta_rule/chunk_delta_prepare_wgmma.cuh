@@ -12,8 +12,9 @@
 // it. The inverse (I + A)^-1 is InvertUnitLower's, as in ChunkPrepareKernel, so T, W and U are the
 // same up to the order of the sums. Both warpgroups run the same product instructions with other
 // descriptors: a product under a branch on the warpgroup is serialised (ptxas C7520).
-// On the H200 (ncu, per call, ungated / gated): 437 / 458 us at (1, 8192, 96, 128) (~2160
-// instructions a warp, 41% of them the inverse's), 283 / 294 at (2, 16384, 16, 128) (396 before).
+// On the H200 (ncu, per call, ungated / gated): 283 / 294 us at (2, 16384, 16, 128) (396 before);
+// one step before (T's finish a pass of its own) 437 / 458 at (1, 8192, 96, 128), ~2160
+// instructions a warp, 41% of them the inverse's.
 #pragma once
 
 #include <cuda_bf16.h>
