@@ -22,7 +22,15 @@
 // instructions issued per cycle): two things that did not help, each beside its parent in one
 // run -- three tile sets, the copies two chunks ahead (forward 437 -> 455 us, backward 409 ->
 // 412), and the next chunk's copies issued after the chunk's first products instead of before
-// them (forward 436 -> 512, backward 408 -> 490).
+// them (forward 436 -> 512, backward 408 -> 490). Nor did two more, measured the same way: two
+// warpgroups a block, each 16 of its 32 value columns (m64n16 products; two chains a
+// multiprocessor on the block's shared tile sets): forward 439 -> 534, backward 410 -> 488; and
+// the scratch's addresses as per-lane pointers moved by a fixed step per chunk (the forward loop's
+// SASS 1044 -> 893 instructions): forward 439 -> 433, backward 410 -> 413. ncu of the forward
+// pass: ~560 instructions a warp and chunk, 0.19 issued a cycle, the stalls spread over
+// fixed-latency waits (1.2 cycles an instruction), the long and the short scoreboard (1.0, 0.8)
+// and the products (0.4); the most-stalled instructions W S's first product, the state copy's
+// first store and the chunk's barrier.
 #pragma once
 
 #include <cuda_bf16.h>

@@ -81,7 +81,11 @@ struct WYBackwardLayout {
 // written), RowTerms 868. (Before, RowTerms ran first and stored dW = -dUt S^T and dk's row terms
 // in fp32; here dT = tril(dW X^T + dUt Y^T), Z = dT T^T, dA = -T^T Z, and dk finished in a second
 // pass over the key slices, dW, k and those row terms: 803 us (1880 + 428 MB), RowTerms 849;
-// forward + backward there 3.12 -> 2.83 ms.)
+// forward + backward there 3.12 -> 2.83 ms.) Two things that did not help, each beside this
+// kernel in one run at (1, 8192, 96, 128): the products as wgmma (dY = T^T dUt and dY Ut^T, each
+// warpgroup every other value slice; 128 registers, two blocks a multiprocessor): 464 -> 495 us
+// (gated 478 -> 522); both slices' copies issued at the start, TKD copied into T's space and split
+// there in place: 464 -> 477 (12 bytes of spills, local stores among the writes).
 // kGated: b.gated (ungated, no dG and no decays; as a runtime branch, each element of dAb took a
 // branch of its own).
 template <bool kGated>
