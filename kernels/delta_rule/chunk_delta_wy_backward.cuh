@@ -85,7 +85,7 @@ struct WYBackwardLayout {
 // kernel in one run at (1, 8192, 96, 128): the products as wgmma (dY = T^T dUt and dY Ut^T, each
 // warpgroup every other value slice; 128 registers, two blocks a multiprocessor): 464 -> 495 us
 // (gated 478 -> 522); both slices' copies issued at the start, TKD copied into T's space and split
-// there in place: 464 -> 477 (12 bytes of spills, local stores among the writes).
+// there in place: 464 -> 477 (12 bytes of spills; DRAM writes 586 -> 613 MB).
 // kGated: b.gated (ungated, no dG and no decays; as a runtime branch, each element of dAb took a
 // branch of its own).
 template <bool kGated>
