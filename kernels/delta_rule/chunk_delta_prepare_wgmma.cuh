@@ -4,17 +4,18 @@
 // warp and chunk at ~0.6 issued a cycle and scheduler, barrier waits first (ncu; 593 us, 2.2
 // TB/s, at (1, 8192, 96, 128)). Here the products are 64 x 64 wgmma products with both operands in
 // shared memory, the two warpgroups side by side:
-//   warpgroup 0:  QK = Q K^T  -> M            then W = T diag(beta gamma) K (hi + lo)
-//   warpgroup 1:  KK = K K^T  -> KD^T, A      then U = T diag(beta) V (hi + lo)
-// (W's and U's 64-wide slices shared out evenly where K != V). The keys and queries come by the
-// copy engine; the results leave through swizzled tiles the products are done with
-// (GroupAcc::StoreRowsVia); T's last touch (FinishT) is made in the pass that scales and splits
-// it. The inverse (I + A)^-1 is InvertUnitLower's, as in ChunkPrepareKernel, so T, W and U are the
-// same up to the order of the sums. Both warpgroups run the same product instructions with other
-// descriptors: a product under a branch on the warpgroup is serialised (ptxas C7520).
-// On the H200 (ncu, per call, ungated / gated): 283 / 294 us at (2, 16384, 16, 128) (396 before);
-// one step before (T's finish a pass of its own) 437 / 458 at (1, 8192, 96, 128), ~2160
-// instructions a warp, 41% of them the inverse's.
+//   warpgroup 0:  QK = Q K^T  -> M
+//   warpgroup 1:  KK = K K^T  -> KD^T, A
+// then W = T diag(beta gamma) K and U = T diag(beta) V (T diag(f) as hi + lo tiles), their 64-wide
+// slices W's first and U's after as one list, two items at a time (item 2 n + group in step n).
+// The keys and queries come by the copy engine; the results leave through swizzled tiles the
+// products are done with (GroupAcc::StoreRowsVia); T's last touch (FinishT) is made in the pass
+// that scales and splits it. The inverse (I + A)^-1 is InvertUnitLower's, as in
+// ChunkPrepareKernel, so T, W and U are the same up to the order of the sums. Both warpgroups run
+// the same product instructions with other descriptors: a product under a branch on the warpgroup
+// is serialised (ptxas C7520). On the H200 (ncu, per call, ungated / gated): 283 / 294 us at (2,
+// 16384, 16, 128) (396 before); one step before (T's finish a pass of its own) 437 / 458 at (1,
+// 8192, 96, 128), ~2160 instructions a warp, 41% of them the inverse's.
 #pragma once
 
 #include <cuda_bf16.h>
