@@ -143,17 +143,19 @@ struct RegAStep<128> {
 
 // d += A B for one 64 x 64 x 16 step with A, too, read from shared memory: a is its descriptor
 // (DescriptorSwizzle128 of a K-major A, stored M x K: each 128-byte row holds 64 consecutive k of
-// one row m; a k step of 16 adds 32 bytes), b as MmaRegA's. No registers hold A, so a warpgroup
-// can issue it beside register-A products that keep their fragments.
-template <bool kTransB>
+// one row m; a k step of 16 adds 32 bytes; or with kTransA an M-major A, stored K x M as N-major
+// B is: a k step adds 2048 bytes, so that a tile X read this way multiplies as X^T), b as
+// MmaRegA's. No registers hold A, so a warpgroup can issue it beside register-A products that keep
+// their fragments.
+template <bool kTransB, bool kTransA = false>
 __device__ __forceinline__ void MmaSharedA64(float (&d)[32], uint64_t a, uint64_t b) {
 #ifdef FLAME_WGMMA_DEVICE
   asm volatile(
       "{\n.reg .pred p;\nsetp.eq.u32 p, 1, 1;\n"
       "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 " FLAME_WGMMA_D32_REGS
-      "%32, %33, p, 1, 1, 0, %34;\n}\n"
+      "%32, %33, p, 1, 1, %34, %35;\n}\n"
       : FLAME_WGMMA_D32_OPERANDS(d)
-      : "l"(a), "l"(b), "n"(int{kTransB}));
+      : "l"(a), "l"(b), "n"(int{kTransA}), "n"(int{kTransB}));
 #endif
 }
 

@@ -12,7 +12,6 @@
 
 #include <cuda_runtime.h>
 
-#include <algorithm>
 #include <cstdint>
 #include <initializer_list>
 
@@ -106,8 +105,9 @@ inline cudaError_t BuildTileMaps(StepBase& b) {
   const ChunkDeltaParams& p = b.p;
   const uint64_t K = p.k_dim, V = p.v_dim, H = p.heads, R = TokenRows(p);
   const uint64_t mats = static_cast<uint64_t>(p.total_chunks) * H;
-  // The copies' coordinates are 32-bit: the maps' rows must fit.
-  if (R > INT32_MAX || mats * std::max<uint64_t>(K, 2 * kBT) > INT32_MAX) {
+  // The copies' coordinates are 32-bit: the maps' rows must fit (the states' mats * K are the
+  // most, K >= 64).
+  if (R > INT32_MAX || mats * K > INT32_MAX) {
     return cudaErrorInvalidValue;
   }
   constexpr uint64_t kEl = sizeof(__nv_bfloat16);
@@ -128,7 +128,7 @@ inline cudaError_t BuildTileMaps(StepBase& b) {
       (err = token_map(&b.maps.ut, b.s.Ut, V)) != cudaSuccess ||
       (err = token_map(&b.maps.dy, b.s.dY, V)) != cudaSuccess ||
       (err = rows_map(&b.maps.M, b.s.M, kBT, mats * kBT)) != cudaSuccess ||
-      (err = rows_map(&b.maps.dab, b.s.dAb, kBT, mats * 2 * kBT)) != cudaSuccess ||
+      (err = rows_map(&b.maps.dab, b.s.dAb, kBT, mats * kBT)) != cudaSuccess ||
       (err = rows_map(&b.maps.S, b.s.S, V, mats * K)) != cudaSuccess) {
     return err;
   }

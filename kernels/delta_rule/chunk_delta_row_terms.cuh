@@ -25,8 +25,9 @@
 // Each V step copies its five bf16 tiles with cp.async, all in flight at once (S and dS' as the
 // state passes copied them, dO, Ut and dY), and every product is a bf16 product accumulated in
 // registers over V; dY S^T and S dO share the S fragments. After the loop dMD becomes two bf16
-// tiles (hi + lo, StoreSplitBf16Pair) while dAb + dAb^T's two arrive, and dq and dk take their
-// bf16 products with the slice's k and q tiles onto the accumulators they started in.
+// tiles (hi + lo, StoreSplitBf16Pair) while dAb's packed tile arrives (dAb + dAb^T = dab + dab^T,
+// Scratch::dAb), and dq and dk take their bf16 products with the slice's k and q tiles onto the
+// accumulators they started in.
 #pragma once
 
 #include <cuda_bf16.h>
@@ -40,7 +41,7 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 // Shared memory: the V step's five bf16 tiles (leading dimension kLdBf16: S, dS', dO, dY, Ut),
-// whose space dMD's two bf16 tiles (over S and dS') and dAb + dAb^T's (over dO and dY) take after
+// whose space dMD's two bf16 tiles (over S and dS') and dAb's packed tile (over dO) take after
 // the loop; the slice's q and k tiles; M (bf16), the first slice's; G, beta and the rows' factors
 // gamma and exp(G_L - G); the row parts of dG and of gamma_i k_i.dX_i (four warps per row); P's
 // column sums (two warps per column); the warps' parts of <S, dS'> and of the decayed key sum.
@@ -113,8 +114,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
   bf16* ut = dy + kBf16Tile;
   bf16* dmd_hi = reinterpret_cast<bf16*>(at);  // after the loop: dMD = dmd_hi + dmd_lo
   bf16* dmd_lo = dmd_hi + kBf16Tile;
-  bf16* dab_hi = d_o;  // and dAb + dAb^T = dab_hi + dab_lo
-  bf16* dab_lo = dab_hi + kBf16Tile;
+  bf16* dab = d_o;  // and dAb's packed tile (Scratch::dAb): dAb + dAb^T = dab + dab^T
   bf16* q = reinterpret_cast<bf16*>(at + L::kQK);
   bf16* k = q + kBf16Tile;
   bf16* M = reinterpret_cast<bf16*>(at + L::kM);  // the first slice's
@@ -170,14 +170,9 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     if constexpr (kGated) state_dot += tile::TileDotPart(s, ds, kLdBf16);  // <S, dS'>, this step's
     __syncthreads();
   }
-  // dAb + dAb^T (WYBackward's hi and lo matrices), while dMD and the row parts form.
-  {
-    const TokTilePieces dab_pieces(kBT);
-    const bf16* dab = b.s.dAb + 2 * Mat(p, chunk, h);
-    dab_pieces.Issue(dab_hi, dab, kBT, 1);
-    dab_pieces.Issue(dab_lo, dab + kBT * kBT, kBT, 1);
-    __pipeline_commit();
-  }
+  // dAb's packed tile (WYBackward's), while dMD and the row parts form.
+  TokTilePieces(kBT).Issue(dab, b.s.dAb + Mat(p, chunk, h), kBT, 1);
+  __pipeline_commit();
   // The rows' dG parts from S dO and dKd before they become dq and dk, scale gamma_i q_i.SdO_i
   // - exp(G_L - G_i) k_i.dKd_i, and the lane's part of the decayed keys' sum (the last row's).
   // The last row's own key term is in both with opposite signs (its decay is exp(0) = 1) and is
@@ -255,7 +250,7 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     }
   }
   __pipeline_wait_prior(0);
-  __syncthreads();  // dMD, dAb + dAb^T and every row part are in
+  __syncthreads();  // dMD, dAb's tile and every row part are in
   sdo.Transform([&](int r, int, float v) { return p.scale * gamma[r] * v; });
   tile::MmaSplitBf16Acc64<true, true>(sdo, kBT, dmd_hi, kLdBf16, kBf16Tile, k, kLdBf16);
   if (p.qk_l2norm) {
@@ -264,7 +259,8 @@ __global__ void __launch_bounds__(kThreads, 2) RowTermsKernel(StepBase b) {
     StoreAccRows(sdo, p.dq + In(p.qk_strides, c.batch, c.t0, h) + k0, p.qk_strides.token, c.rows);
   }
   tile::MmaSplitBf16Acc64<false, true>(dkd, kBT, dmd_hi, kLdBf16, kBf16Tile, q, kLdBf16);
-  tile::MmaSplitBf16Acc64<true, true>(dkd, kBT, dab_hi, kLdBf16, kBf16Tile, k, kLdBf16);
+  tile::MmaBf16Acc64<true, true>(dkd, kBT, dab, kLdBf16, k, kLdBf16);   // dab K
+  tile::MmaBf16Acc64<false, true>(dkd, kBT, dab, kLdBf16, k, kLdBf16);  // dab^T K
   if (p.qk_l2norm) {
     StoreAccRows(dkd, TokPtr(b.s.dk_normed, p, c, 0, h, K) + k0, qk_stride, c.rows);
   } else {

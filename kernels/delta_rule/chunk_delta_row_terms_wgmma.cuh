@@ -13,9 +13,10 @@
 // 16, 128)); after a barrier, warpgroup 0 finishes dq = scale diag(gamma) S dO + dMD K and
 // warpgroup 1 dk = diag(exp(G_L - G)) dKd - diag(beta gamma) dY S^T + dMD^T Q + (dAb + dAb^T) K,
 // the products with dMD as eight 64 x 64 x 16 products (B: the key or query tile, N-major) and
-// the one with WYBackward's dAb + dAb^T (hi + lo tiles, copied in during the last V step) as
-// eight more with A, too, from shared memory, which both warpgroups issue (warpgroup 0's result
-// is not used: the same instructions in both, see below). A warpgroup accumulator holds whole
+// the one with WYBackward's dAb + dAb^T as dAb_p K + dAb_p^T K (dAb_p its packed tile, copied in
+// during the last V step; Scratch::dAb) in eight more with A, too, from shared memory (for
+// dAb_p^T read transposed), which both warpgroups issue (warpgroup 0's result is not used: the
+// same instructions in both, see below). A warpgroup accumulator holds whole
 // rows per warp (GroupAcc64), so the rows' dG parts need only a quad's shuffles. The V steps'
 // tiles are double-buffered (two blocks per multiprocessor).
 // The tiles are in the 128-byte swizzle layout (chunk_delta_swizzled.cuh), which the copy engine
@@ -60,8 +61,8 @@ __device__ __forceinline__ float TileDotPart16B(uint32_t a, uint32_t b) {
 }
 
 // Shared memory: two V-step buffers of five swizzled tiles (S, dS', dO, dY, Ut; after the loop
-// the first buffer's S and dS' slots hold dMD's hi and lo tiles, and the dY and Ut slots of the
-// buffer that the last step leaves free hold dAb + dAb^T's), the slice's q and k tiles and the
+// the first buffer's S and dS' slots hold dMD's hi and lo tiles, and the dY slot of the buffer
+// that the last step leaves free holds dAb's packed tile), the slice's q and k tiles and the
 // first slice's M (swizzled); G, gamma, exp(G_L - G) and beta; the warpgroups' row parts of dG
 // [2][64] and warpgroup 1's gamma_i k_i . dX_i [64], the P column sums of warpgroup 0's warps
 // [4][64], the warps' parts of <S, dS'> [8] and of the decayed key sum [4].
@@ -169,8 +170,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   acc0.Zero(), acc1.Zero();
   float state_dot = 0.0f;
   const int steps = V / kBT;
-  // dAb + dAb^T's hi and lo tiles (WYBackward's, [chunks x H x 2 x 64, 64]) come as a step of
-  // their own after the last, into the dY and Ut slots of the buffer it leaves free.
+  // dAb's packed tile (WYBackward's, [chunks x H x 64, 64]; Scratch::dAb) comes as a step of its
+  // own after the last, into the dY slot of the buffer it leaves free.
   const uint32_t dab_tiles = at_s + (steps & 1) * L::kStep + L::kDY * kSwizzledTileBytes;
   issue_step(0);
   for (int n = 0; n < steps; ++n) {
@@ -178,12 +179,8 @@ __global__ void __launch_bounds__(kThreads, 2)
       issue_step(n + 1);
       __pipeline_wait_prior(1);
     } else {
-      const TileGroup tiles(bar(steps & 1), 2);
-      const int64_t dab_row = 2 * MatRow(p, chunk, h);
-      const bf16* dab = b.s.dAb + 2 * Mat(p, chunk, h);
-      tiles.Block(dab_tiles, &b.maps.dab, 0, dab_row, dab, kBT);
-      tiles.Block(dab_tiles + kSwizzledTileBytes, &b.maps.dab, 0, dab_row + kBT, dab + kBT * kBT,
-                  kBT);
+      const TileGroup tiles(bar(steps & 1), 1);
+      tiles.Block(dab_tiles, &b.maps.dab, 0, MatRow(p, chunk, h), b.s.dAb + Mat(p, chunk, h), kBT);
       __pipeline_wait_prior(0);
     }
     bar(n & 1).Wait(n >> 1);
@@ -332,10 +329,11 @@ __global__ void __launch_bounds__(kThreads, 2)
   }
   __syncthreads();  // dMD and every part of dG are in
 
-  bar(steps & 1).Wait(steps >> 1);  // dAb + dAb^T's tiles are in
+  bar(steps & 1).Wait(steps >> 1);  // dAb's tile is in
 
   // dq = scale diag(gamma) S dO + dMD K;  dk = diag(exp(G_L - G)) dKd - diag(beta gamma) dY S^T +
-  // dMD^T Q + (dAb + dAb^T) K (B = the key or query tile, N-major), dMD and dAb + dAb^T as hi + lo.
+  // dMD^T Q + (dAb + dAb^T) K (B = the key or query tile, N-major), dMD as hi + lo and dAb + dAb^T
+  // as dAb_p + dAb_p^T (the packed tile, read transposed for dAb_p^T).
   const uint64_t qk_desc = wgmma::DescriptorSwizzle128(at_s + (group == 0 ? L::kK : L::kQ));
   const uint64_t k_desc = wgmma::DescriptorSwizzle128(at_s + L::kK);
   const uint64_t dab_desc = wgmma::DescriptorSwizzle128(dab_tiles);
@@ -358,7 +356,7 @@ __global__ void __launch_bounds__(kThreads, 2)
       }
     }
   }
-  acc1.Zero();  // warpgroup 1: (dAb + dAb^T) K; warpgroup 0: the same product, not used
+  acc1.Zero();  // warpgroup 1: dAb_p K + dAb_p^T K; warpgroup 0: the same products, not used
   wgmma::Fence();
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
@@ -368,7 +366,7 @@ __global__ void __launch_bounds__(kThreads, 2)
 #pragma unroll
   for (int s = 0; s < 4; ++s) {
     wgmma::MmaSharedA64<true>(acc1.d, dab_desc + s * 2, k_desc + s * 128);
-    wgmma::MmaSharedA64<true>(acc1.d, dab_desc + kSwizzledTileBytes / 16 + s * 2, k_desc + s * 128);
+    wgmma::MmaSharedA64<true, true>(acc1.d, dab_desc + s * 128, k_desc + s * 128);
   }
   wgmma::Commit();
   // The slice's parts of dbeta and (gated) dG, while the products run.

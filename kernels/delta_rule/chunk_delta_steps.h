@@ -78,8 +78,10 @@ struct Scratch {
                        //          passes that do not form it)
   __nv_bfloat16* dUt;  // [R,H,V]
   __nv_bfloat16* dY;   // [R,H,V]  T^T dUt (WYBackward, for RowTerms' dX = -dY S^T)
-  __nv_bfloat16* dAb;  // [chunks,H,2,64,64]: dAb + dAb^T as bf16 hi and lo matrices (WYBackward,
-                       //          for RowTerms' (dAb + dAb^T) K)
+  __nv_bfloat16* dAb;  // [chunks,H,64,64]: the strictly lower dAb as one bf16 matrix dAb_p, its
+                       //          hi parts below the diagonal and its lo parts transposed above
+                       //          it, so that dAb_p + dAb_p^T = dAb + dAb^T to 16 bits (WYBackward,
+                       //          for RowTerms' (dAb + dAb^T) K = dAb_p K + dAb_p^T K)
   float* dk_normed;    // [R,H,K]  l2norm only: the gradients of the normalised k and q
   float* dq_normed;    //          (RowTerms; FinishRowsKernel's input)
   float* dG;           // [R,H]    WYBackward's part, then (RowGradSumsKernel) the gradient
@@ -231,7 +233,7 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
     take(&x.dS, state), take(&x.dUt, R * V);
     x.MtdO = nullptr;
     if (mtdo) take(&x.MtdO, R * V);
-    take(&x.dY, R * V), take(&x.dAb, C * 2 * kBT * kBT);
+    take(&x.dY, R * V), take(&x.dAb, C * kBT * kBT);
     x.dk_normed = x.dq_normed = nullptr;
     if (p.qk_l2norm) take(&x.dk_normed, R * K), take(&x.dq_normed, R * K);
     take(&x.dG, R);

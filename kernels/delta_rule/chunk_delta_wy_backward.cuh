@@ -45,7 +45,7 @@ struct WYProductSteps {
 // takes their place once they are read); G and beta; the row parts of v . dY and of rowsum(t)
 // (four warps per row) and the column parts of t^T beta (two warps per column). The packed matrix
 // TKD (fp32; T on and below the diagonal, KD^T above it) arrives in the second buffer, and again in
-// the buffer the last slice leaves free, where its KD is read; dAb + dAb^T (split) goes to the last
+// the buffer the last slice leaves free, where its KD is read; dAb (packed) goes to the last
 // slice's buffer. 75.8 KB: three blocks per multiprocessor on the H200.
 struct WYBackwardLayout {
   static constexpr int kSlice = 3 * kBf16Tile * 2;  // bytes
@@ -65,8 +65,9 @@ struct WYBackwardLayout {
 //   dY  = T^T dUt                      (bf16 to the scratch: RowTerms' dX = -dY S^T)
 //   dv  = diag(beta) dY                (bf16, to the output)
 //   dA  = -strict_tril(dY Ut^T)        (the gradient through T = (I + A)^-1)
-//   dAb = diag(beta) dA * D            (strictly lower; dAb + dAb^T to the scratch as bf16 hi and
-//                                       lo matrices, for RowTerms' dk += (dAb + dAb^T) K)
+//   dAb = diag(beta) dA * D            (strictly lower; to the scratch as one bf16 matrix, hi
+//                                       below the diagonal, lo transposed above it (Scratch::dAb),
+//                                       for RowTerms' dk += (dAb + dAb^T) K)
 // and, with t = dA * KD (KD = strict_tril(K K^T * D), ChunkPrepare's, in TKD), the rows' parts
 // of the scalar gradients that need no key slice:
 //   dG_i    = beta_i rowsum_i(t) - (t^T beta)_i       (to dG; the gated rule only)
@@ -85,7 +86,10 @@ struct WYBackwardLayout {
 // kernel in one run at (1, 8192, 96, 128): the products as wgmma (dY = T^T dUt and dY Ut^T, each
 // warpgroup every other value slice; 128 registers, two blocks a multiprocessor): 464 -> 495 us
 // (gated 478 -> 522); both slices' copies issued at the start, TKD copied into T's space and split
-// there in place: 464 -> 477 (12 bytes of spills; DRAM writes 586 -> 613 MB).
+// there in place: 464 -> 477 (12 bytes of spills; DRAM writes 586 -> 613 MB). dAb packed into
+// one tile (Scratch::dAb) instead of dAb + dAb^T as a hi and a lo tile (four 2-byte stores an
+// element, two now): 464 -> 436 us, gated 477 -> 449 (DRAM writes 586 -> 487 MB); RowTerms,
+// which reads it, 663 -> 645 (reads 2040 -> 1940 MB).
 // kGated: b.gated (ungated, no dG and no decays; as a runtime branch, each element of dAb took a
 // branch of its own).
 template <bool kGated>
@@ -169,25 +173,19 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   __pipeline_wait_prior(0);
   __syncthreads();  // TKD is in; the last slice's buffer is read
   const float* const tkd = reinterpret_cast<const float*>(buffer(slices));
-  bf16* const dAb = buffer(slices + 1);  // split
-  // t = dA * KD in dA's registers (KD^T: TKD's strictly upper part); dAb + dAb^T as a split
-  // tile: the thread of a lower element writes it and its mirror (and the diagonal's zero), so
-  // that every element is written once.
-  const auto put_ab = [&](int r, int col, bf16 hi, bf16 lo) {
-    dAb[r * kLdSplit + col] = hi;
-    dAb[r * kLdSplit + col + kSplitLoStep] = lo;
-  };
+  bf16* const dAb = buffer(slices + 1);  // packed (Scratch::dAb), leading dimension kLdSplit
+  // t = dA * KD in dA's registers (KD^T: TKD's strictly upper part); dAb packed: the thread of a
+  // lower element writes its hi part there and its lo part at the mirror (and the diagonal's
+  // zero), so that every element is written once.
   dA.Transform([&](int r, int col, float x) {
     const float da = r < c.rows && col < r ? -x : 0.0f;
     if (col < r) {
       const float ab = beta[r] * da * (kGated ? ptx::Exp2((G[r] - G[col]) * ptx::kRcpLn2) : 1.0f);
       const bf16 hi = __float2bfloat16_rn(ab);
-      const bf16 lo = __float2bfloat16_rn(ab - __bfloat162float(hi));
-      put_ab(r, col, hi, lo);
-      put_ab(col, r, hi, lo);
+      dAb[r * kLdSplit + col] = hi;
+      dAb[col * kLdSplit + r] = __float2bfloat16_rn(ab - __bfloat162float(hi));
     } else if (col == r) {
-      const bf16 zero = __float2bfloat16_rn(0.0f);
-      put_ab(r, r, zero, zero);
+      dAb[r * kLdSplit + r] = __float2bfloat16_rn(0.0f);
     }
     return da * tkd[col * kLd + r];  // da is 0 on and above the diagonal
   });
@@ -206,13 +204,13 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
     }
     tile::StoreColumnSumParts(t_col_parts, t_col);
   }
-  __syncthreads();  // dAb + dAb^T and the parts are in
-  // dAb + dAb^T to the scratch as its hi matrix, then its lo matrix, in 16-byte pieces.
-  bf16* const dab_out = b.s.dAb + 2 * Mat(p, chunk, h);
-  ForBlockItems<kThreads, 2 * kBT * 8>([&](int idx) {
-    const int half = idx / (kBT * 8), r = idx / 8 % kBT, c8 = idx % 8 * 8;
-    *reinterpret_cast<uint4*>(dab_out + (half * kBT + r) * kBT + c8) =
-        *reinterpret_cast<const uint4*>(dAb + r * kLdSplit + half * kSplitLoStep + c8);
+  __syncthreads();  // dAb and the parts are in
+  // dAb, packed, to the scratch in 16-byte pieces.
+  bf16* const dab_out = b.s.dAb + Mat(p, chunk, h);
+  ForBlockItems<kThreads, kBT * 8>([&](int idx) {
+    const int r = idx / 8, c8 = idx % 8 * 8;
+    *reinterpret_cast<uint4*>(dab_out + r * kBT + c8) =
+        *reinterpret_cast<const uint4*>(dAb + r * kLdSplit + c8);
   });
   if (threadIdx.x < c.rows) {
     const int r = threadIdx.x;
