@@ -26,7 +26,11 @@
 // warpgroups a block, each 16 of its 32 value columns (m64n16 products; two chains a
 // multiprocessor on the block's shared tile sets): forward 439 -> 534, backward 410 -> 488; and
 // the scratch's addresses as per-lane pointers moved by a fixed step per chunk (the forward loop's
-// SASS 1044 -> 893 instructions): forward 439 -> 433, backward 410 -> 413. ncu of the forward
+// SASS 1044 -> 893 instructions): forward 439 -> 433, backward 410 -> 413. Nor, in the forward
+// pass: U by the copy engine (a tile a chunk, read into the accumulators after the barrier) 439 ->
+// 543, and with the copies out after the second proxy fence 435 -> 555 (the backward's d_o the
+// same way: 410 -> 497); M Ut left running into the next chunk 439 -> 447; no G copies for the
+// ungated rule 439 -> 444 (backward 410 -> 407). ncu of the forward
 // pass: ~560 instructions a warp and chunk, 0.19 issued a cycle, the stalls spread over
 // fixed-latency waits (1.2 cycles an instruction), the long and the short scoreboard (1.0, 0.8)
 // and the products (0.4); the most-stalled instructions W S's first product, the state copy's
