@@ -16,9 +16,9 @@
 // the one with WYBackward's dAb + dAb^T as dAb_p K + dAb_p^T K (dAb_p its packed tile, copied in
 // during the last V step; Scratch::dAb) in eight more with A, too, from shared memory (for
 // dAb_p^T read transposed), which both warpgroups issue (warpgroup 0's result is not used: the
-// same instructions in both, see below). A warpgroup accumulator holds whole
-// rows per warp (GroupAcc64), so the rows' dG parts need only a quad's shuffles. The V steps'
-// tiles are double-buffered (two blocks per multiprocessor).
+// same instructions in both, see below). A warpgroup accumulator holds whole rows per warp
+// (GroupAcc64), so the rows' dG parts need only a quad's shuffles. The V steps' tiles are
+// double-buffered (two blocks per multiprocessor).
 // The tiles are in the 128-byte swizzle layout (chunk_delta_swizzled.cuh), which the copy engine
 // fills (TileGroup: 908 -> 852 us at (1, 8192, 96, 128) against cp.async's whole 128-byte rows per
 // warp, which dO, with the caller's strides, still takes).

@@ -16,25 +16,24 @@
 // cores read each B once per product and the A tiles once.
 //
 // Measured on the H200 at (2, 16384, 16, 128) (128 blocks, one per multiprocessor; per call): the
-// forward pass with o 484 -> 436 us against StateForwardKernel<2, 32, out>, the backward with
-// M^T dO 491 -> 409 against StateBackwardKernel<2, unsplit, 32, MtdO>; forward + backward 2.29 ->
-// 2.16 ms (gated 2.36 -> 2.24). The passes are latency-bound (one warpgroup a multiprocessor, 0.18
-// instructions issued per cycle): two things that did not help, each beside its parent in one
-// run -- three tile sets, the copies two chunks ahead (forward 437 -> 455 us, backward 409 ->
-// 412), and the next chunk's copies issued after the chunk's first products instead of before
-// them (forward 436 -> 512, backward 408 -> 490). Nor did two more, measured the same way: two
-// warpgroups a block, each 16 of its 32 value columns (m64n16 products; two chains a
-// multiprocessor on the block's shared tile sets): forward 439 -> 534, backward 410 -> 488; and
-// the scratch's addresses as per-lane pointers moved by a fixed step per chunk (the forward loop's
-// SASS 1044 -> 893 instructions): forward 439 -> 433, backward 410 -> 413. Nor, in the forward
-// pass: U by the copy engine (a tile a chunk, read into the accumulators after the barrier) 439 ->
-// 543, and with the copies out after the second proxy fence 435 -> 555 (the backward's d_o the
-// same way: 410 -> 497); M Ut left running into the next chunk 439 -> 447; no G copies for the
-// ungated rule 439 -> 444 (backward 410 -> 407). ncu of the forward
-// pass: ~560 instructions a warp and chunk, 0.19 issued a cycle, the stalls spread over
-// fixed-latency waits (1.2 cycles an instruction), the long and the short scoreboard (1.0, 0.8)
-// and the products (0.4); the most-stalled instructions W S's first product, the state copy's
-// first store and the chunk's barrier.
+// forward pass with o 484 -> 436 us against StateForwardKernel<2, 32, out>, the backward with M^T
+// dO 491 -> 409 against StateBackwardKernel<2, unsplit, 32, MtdO>; forward + backward 2.29 -> 2.16
+// ms (gated 2.36 -> 2.24). The passes are latency-bound (one warpgroup a multiprocessor, 0.18
+// instructions issued per cycle): two things that did not help, each beside its parent in one run
+// -- three tile sets, the copies two chunks ahead (forward 437 -> 455 us, backward 409 -> 412), and
+// the next chunk's copies issued after the chunk's first products instead of before them (forward
+// 436 -> 512, backward 408 -> 490). Nor did two more, measured the same way: two warpgroups a
+// block, each 16 of its 32 value columns (m64n16 products; two chains a multiprocessor on the
+// block's shared tile sets): forward 439 -> 534, backward 410 -> 488; and the scratch's addresses
+// as per-lane pointers moved by a fixed step per chunk (the forward loop's SASS 1044 -> 893
+// instructions): forward 439 -> 433, backward 410 -> 413. Nor, in the forward pass: U by the copy
+// engine (a tile a chunk, read into the accumulators after the barrier) 439 -> 543, and with the
+// copies out after the second proxy fence 435 -> 555 (the backward's d_o the same way: 410 -> 497);
+// M Ut left running into the next chunk 439 -> 447; no G copies for the ungated rule 439 -> 444
+// (backward 410 -> 407). ncu of the forward pass: ~560 instructions a warp and chunk, 0.19 issued a
+// cycle, the stalls spread over fixed-latency waits (1.2 cycles an instruction), the long and the
+// short scoreboard (1.0, 0.8) and the products (0.4); the most-stalled instructions W S's first
+// product, the state copy's first store and the chunk's barrier.
 #pragma once
 
 #include <cuda_bf16.h>
