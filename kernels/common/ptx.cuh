@@ -169,6 +169,17 @@ __device__ __forceinline__ void FenceProxyAsync() {
 #endif
 }
 
+// Named barrier `id` (1-15; 0 is __syncthreads') of `threads` threads, a multiple of 32: waits
+// until that many have arrived or waited. Lets two warpgroups of a block pass data without
+// stopping each other: the producer arrives (NamedBarrierArrive), the consumer waits here. Both
+// order the thread's earlier shared-memory accesses before those of the threads it meets.
+__device__ __forceinline__ void NamedBarrierSync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+__device__ __forceinline__ void NamedBarrierArrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
 constexpr float kRcpLn2 = 1.4426950408889634f;  // log2(e): exp(x) = 2^(x kRcpLn2)
 
 // 2^x with results below 2^-126 flushed to zero: one MUFU.EX2, where exp2f adds a range test and

@@ -125,6 +125,7 @@ inline cudaError_t BuildTileMaps(StepBase& b) {
   if ((err = token_map(&b.maps.w, b.s.W, K)) != cudaSuccess ||
       (err = token_map(&b.maps.kn, b.s.kn, K)) != cudaSuccess ||
       (err = token_map(&b.maps.qn, b.s.qn, K)) != cudaSuccess ||
+      (err = token_map(&b.maps.u, b.s.U, V)) != cudaSuccess ||
       (err = token_map(&b.maps.ut, b.s.Ut, V)) != cudaSuccess ||
       (err = token_map(&b.maps.dy, b.s.dY, V)) != cudaSuccess ||
       (err = rows_map(&b.maps.M, b.s.M, kBT, mats * kBT)) != cudaSuccess ||
@@ -236,13 +237,13 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
   }
   using tiles::StateForwardFor, tiles::StateForwardSmem, tiles::kThreads;
   using tiles::StateForwardRowsFor, tiles::StateForwardRowsSmem, tiles::kRowFormCols,
-      tiles::kRowFormThreads;
+      tiles::kRowForwardThreads;
   PassVariant row_form;
   if (rows) {
     row_form = output ? PassVariant{StateForwardRowsFor<true>(nk), StateForwardRowsSmem<true>(K),
-                                    kRowFormCols, kRowFormThreads, true}
+                                    kRowFormCols, kRowForwardThreads, true}
                       : PassVariant{StateForwardRowsFor<false>(nk), StateForwardRowsSmem<false>(K),
-                                    kRowFormCols, kRowFormThreads, false};
+                                    kRowFormCols, kRowForwardThreads, false};
   }
   const PassVariant out32{output ? StateForwardFor(nk, 32, true) : nullptr,
                           StateForwardSmem(K, 32, true), 32, kThreads, true};

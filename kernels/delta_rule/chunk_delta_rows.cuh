@@ -1,9 +1,10 @@
 // The row form of the delta rule's sequential state passes on warpgroup products (sm_90a), for
 // batches too narrow for the column form (chunk_delta_columns.cuh needs a warpgroup per 64 value
 // columns of every head, and at (2, 16384, 16, 128) that leaves half the multiprocessors idle).
-// A block is one warpgroup and 32 value columns; it holds its K x 32 slice of the state (or its
+// A block has 32 value columns; one warpgroup holds its K x 32 slice of the state (or its
 // gradient) as K / 64 warpgroup accumulators of 64 x 32 (GroupAcc32: state rows 64 j + the
-// accumulator's rows), and multiplies on m64n32 products:
+// accumulator's rows), and multiplies on m64n32 products (the forward pass gives what the state's
+// chain does not wait for to a second warpgroup: chunk_delta_row_forward.cuh):
 //   the chunk's 64 x K operands (W, the queries, the keys) times the state: A = the operand's
 //     swizzled tiles (K-major, read by the tensor cores), B = the state's bf16 copy, stored
 //     transposed (32 rows of K, ColumnsTile);
@@ -30,7 +31,9 @@
 // engine (a tile a chunk, read into the accumulators after the barrier) 439 -> 543, and with the
 // copies out after the second proxy fence 435 -> 555 (the backward's d_o the same way: 410 -> 497);
 // M Ut left running into the next chunk 439 -> 447; no G copies for the ungated rule 439 -> 444
-// (backward 410 -> 407). ncu of the forward pass: ~560 instructions a warp and chunk, 0.19 issued a
+// (backward 410 -> 407). What did help the forward pass: a second warpgroup for o and the copies
+// out, with U by the copy engine, 437 -> 384 (chunk_delta_row_forward.cuh has the steps).
+// ncu of the one-warpgroup forward pass: ~560 instructions a warp and chunk, 0.19 issued a
 // cycle, the stalls spread over fixed-latency waits (1.2 cycles an instruction), the long and the
 // short scoreboard (1.0, 0.8) and the products (0.4); the most-stalled instructions W S's first
 // product, the state copy's first store and the chunk's barrier.
@@ -84,6 +87,19 @@ struct GroupAcc32 : GroupAcc<32> {
       for (int j = 0; j < 4; ++j) {
         x[4 * h + j] =
             row < rows ? *reinterpret_cast<const uint32_t*>(src + row * ld + Col(j)) : 0u;
+      }
+    }
+  }
+  // The lane's elements of columns col0 + Col(j) of a swizzled 64 x 64 bf16 tile (SwizzledAt) at
+  // shared address tile; rows from `rows` on as zero.
+  __device__ __forceinline__ void LoadSwizzled(uint32_t tile, int col0, int rows) {
+#pragma unroll
+    for (int h = 0; h < 2; ++h) {
+      const int row = Row(h);
+#pragma unroll
+      for (int j = 0; j < 4; ++j) {
+        const float2 v = row < rows ? SwizzledPairAt(tile, row, col0 + Col(j)) : float2{0, 0};
+        d[4 * j + 2 * h] = v.x, d[4 * j + 2 * h + 1] = v.y;
       }
     }
   }
@@ -189,19 +205,19 @@ struct ColumnsTile {
 // The products and copies both row-form passes make of the state (forward) or its gradient
 // (backward), kNk 64-row slices of GroupAcc32.
 
-// The state's bf16 copy, slice j into columns tile j of `tiles` (the products' B, 4 KB apart) and
-// into the warp's staging block j (for the scratch's per-chunk copy, CopyOutState); the products
-// before that read the copy must be done, and the stage's reads (a __syncwarp before).
+// The state's bf16 copy, slice j into columns tile j of `tiles` (from `offset` bytes on: the
+// products' B, 4 KB apart) and into the warp's staging block j (for the scratch's per-chunk copy,
+// CopyOutState); the products before that read the copy must be done, and the stage's reads.
 template <int kNk>
 __device__ __forceinline__ void PutStateCopy(const GroupAcc32 (&S)[kNk], const ColumnsTile& tiles,
-                                             const WarpStage& stage) {
+                                             const WarpStage& stage, uint32_t offset = 0) {
 #pragma unroll
   for (int j = 0; j < kNk; ++j) {
 #pragma unroll
     for (int c = 0; c < 2; ++c) {
       uint32_t a[4];
       S[j].Bf16A(c, a);
-      tiles.Put(j * kColumnsTileBytes, c, a);
+      tiles.Put(offset + j * kColumnsTileBytes, c, a);
       stage.Put(j * kWarpStageBytes, c, a);
     }
   }

@@ -248,13 +248,13 @@ inline size_t CarveScratch(const ChunkDeltaParams& p, bool backward, bool mtdo, 
 
 // Tensor maps (kernels/common/tensor_map.h) for the copies by the copy engine on sm_90 of the state
 // passes and RowTermsWgmmaKernel (chunk_delta.cuh, BuildTileMaps): W, the keys and the queries as
-// [R, H, K], Ut and dY as [R, H, V], in boxes of 64 tokens by 64 columns; M and dAb as [chunks x
+// [R, H, K], U, Ut and dY as [R, H, V], in boxes of 64 tokens by 64 columns; M and dAb as [chunks x
 // H x 64, 64], a matrix a box; the per-chunk states S and dS as
 // [chunks x H x K, V], 64 x 64 boxes. Those whose scratch the step does not carve stay empty. The
 // kernels take StepBase as a __grid_constant__ parameter, so that the maps stay in parameter
 // space, where the copy instructions read them.
 struct TileMaps {
-  CUtensorMap w, kn, qn, M, ut, dy, dab, S, dS;
+  CUtensorMap w, kn, qn, M, u, ut, dy, dab, S, dS;
 };
 
 struct StepBase {

@@ -99,15 +99,18 @@ struct CopyBarrier {
 // Shared memory a kernel reserves for its copy groups' barriers (four at most).
 constexpr int kCopyBarrierBytes = 4 * sizeof(uint64_t);
 
-// One issue of a group of tiles: by the copy engine (bar.engine) thread 0 announces their bytes on
-// the group's barrier (`tiles` of them) and copies them; else every thread copies its pieces
+// One issue of a group of tiles: by the copy engine (bar.engine) one thread (`issuer`, thread 0
+// unless given) announces their bytes on the group's barrier (`tiles` of them) and copies them;
+// else every thread copies its pieces
 // (cp.async, in its commit group). Destinations are shared addresses of swizzled tiles.
 struct TileGroup {
   CopyBarrier bar;
+  unsigned issuer;  // the thread that issues the engine's copies
 
-  __device__ TileGroup(CopyBarrier b, int tiles) : bar(b) {
+  __device__ TileGroup(CopyBarrier b, int tiles, unsigned issuing_thread = 0)
+      : bar(b), issuer(issuing_thread) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    if (bar.engine && threadIdx.x == 0) {
+    if (bar.engine && threadIdx.x == issuer) {
       ptx::MbarrierArriveExpectTx(bar.addr, tiles * kSwizzledTileBytes);
     }
 #else
@@ -121,7 +124,7 @@ struct TileGroup {
                         const bf16* src, int64_t row_stride, int rows) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (bar.engine) {
-      if (threadIdx.x == 0) {
+      if (threadIdx.x == issuer) {
         for (int j = 0; j < nk; ++j) {
           ptx::TmaLoad3D(dst + j * kSwizzledTileBytes, map, col0 + j * kBT, h, row, bar.addr);
         }
@@ -139,7 +142,7 @@ struct TileGroup {
                         int64_t row_stride) const {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
     if (bar.engine) {
-      if (threadIdx.x == 0) ptx::TmaLoad2D(dst, map, col, static_cast<int>(row), bar.addr);
+      if (threadIdx.x == issuer) ptx::TmaLoad2D(dst, map, col, static_cast<int>(row), bar.addr);
       return;
     }
 #endif
