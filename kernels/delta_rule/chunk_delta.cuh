@@ -276,11 +276,11 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, boo
   }
   using tiles::StateBackwardFor, tiles::StateBackwardSmem, tiles::kThreads;
   using tiles::StateBackwardRowsFor, tiles::StateBackwardRowsSmem, tiles::kRowFormCols,
-      tiles::kRowFormThreads;
+      tiles::kRowBackwardThreads;
   PassVariant row_form;  // (a conditional expression in the list below crashed cicc 13.0)
   if (rows) {
-    row_form = {StateBackwardRowsFor(nk), StateBackwardRowsSmem(K), kRowFormCols, kRowFormThreads,
-                true};
+    row_form = {StateBackwardRowsFor(nk), StateBackwardRowsSmem(K), kRowFormCols,
+                kRowBackwardThreads, true};
   }
   return PickVariant(p,
                      {row_form,

@@ -52,7 +52,6 @@
 namespace flame::kernels::delta_chunk::tiles {
 
 constexpr int kRowFormCols = 32;  // value columns per block
-constexpr int kRowFormThreads = 128;
 
 // A warpgroup's 64 x 32 fp32 accumulator (wgmma m64n32; the lane layout of GroupAcc), with the
 // row-form passes' conversions.
