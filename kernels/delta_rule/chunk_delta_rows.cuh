@@ -3,8 +3,8 @@
 // columns of every head, and at (2, 16384, 16, 128) that leaves half the multiprocessors idle).
 // A block has 32 value columns; one warpgroup holds its K x 32 slice of the state (or its
 // gradient) as K / 64 warpgroup accumulators of 64 x 32 (GroupAcc32: state rows 64 j + the
-// accumulator's rows), and multiplies on m64n32 products (the forward pass gives what the state's
-// chain does not wait for to a second warpgroup: chunk_delta_row_forward.cuh):
+// accumulator's rows), and multiplies on m64n32 products (both passes give what the chain does not
+// wait for to a second warpgroup: chunk_delta_row_forward.cuh, chunk_delta_row_backward.cuh):
 //   the chunk's 64 x K operands (W, the queries, the keys) times the state: A = the operand's
 //     swizzled tiles (K-major, read by the tensor cores), B = the state's bf16 copy, stored
 //     transposed (32 rows of K, ColumnsTile);
@@ -32,7 +32,8 @@
 // copies out after the second proxy fence 435 -> 555 (the backward's d_o the same way: 410 -> 497);
 // M Ut left running into the next chunk 439 -> 447; no G copies for the ungated rule 439 -> 444
 // (backward 410 -> 407). What did help the forward pass: a second warpgroup for o and the copies
-// out, with U by the copy engine, 437 -> 384 (chunk_delta_row_forward.cuh has the steps).
+// out, with U by the copy engine, 437 -> 384 (chunk_delta_row_forward.cuh has the steps); and
+// the backward pass, a second warpgroup for the loads of dO and G and the copies out, 412 -> 367.
 // ncu of the one-warpgroup forward pass: ~560 instructions a warp and chunk, 0.19 issued a
 // cycle, the stalls spread over fixed-latency waits (1.2 cycles an instruction), the long and the
 // short scoreboard (1.0, 0.8) and the products (0.4); the most-stalled instructions W S's first
