@@ -69,7 +69,8 @@ __global__ void __launch_bounds__(kThreads, 3)
   float* G = reinterpret_cast<float*>(at + layout.Scalars());
   float* beta = G + kBT;
   const uint32_t keys = at_s + layout.kKeys, rows = at_s + layout.Rows();
-  const int chunk = blockIdx.x, h = blockIdx.y, nk = layout.nk, nv = p.v_dim / kBT;
+  const int chunk = blockIdx.x / p.heads, h = blockIdx.x % p.heads;  // heads fastest
+  const int nk = layout.nk, nv = p.v_dim / kBT;
   const int group = threadIdx.x / 128;
   const Chunk c = LocateChunk(p, chunk);
   const int64_t qk_stride = int64_t{p.heads} * p.k_dim;

@@ -106,7 +106,9 @@ __global__ void __launch_bounds__(kThreads, 2)
   float* warp_sums = reinterpret_cast<float*>(at + L::kWarpSums);  // <S, dS'> [8], keys [4]
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
-  const int chunk = blockIdx.x / nk, slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.y;
+  // Slices fastest, then heads, then chunks.
+  const int slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.x / nk % p.heads;
+  const int chunk = blockIdx.x / nk / p.heads;
   const bool first_slice = slice == 0;
   const bool with_m = kGated && first_slice;  // M: only for dG's P sums
   const Chunk c = LocateChunk(p, chunk);

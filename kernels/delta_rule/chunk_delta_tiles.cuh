@@ -18,8 +18,8 @@
 //                                              scalar step RowScalars instead
 //   ChunkPrepareKernel    (chunks, H)          M, W, U, and in the backward T = (I + A)^-1 and KD
 //                                              (chunk_delta_prepare.cuh; on the H100/H200
-//                                              ChunkPrepareWgmmaKernel,
-//                                              chunk_delta_prepare_wgmma.cuh)
+//                                              ChunkPrepareWgmmaKernel, (chunks * H) heads
+//                                              fastest, chunk_delta_prepare_wgmma.cuh)
 //   StateForwardKernel    (V/32 or V/64, H, N) sequential over a sequence's chunks: S, Ut
 //                                              (chunk_delta_state_pass.cuh; on the H100/H200
 //                                              for wide batches at K <= 128 the column form,
@@ -32,17 +32,20 @@
 //                                              backward pass does not form it
 //   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
 //                                              StateBackwardWgmmaKernel)
-//   WYBackwardKernel      (chunks, H)          through T: dv, dY, dAb + dAb^T, the parts of dbeta
+//   WYBackwardKernel      (chunks * H)         through T: dv, dY, dAb + dAb^T, the parts of dbeta
 //                                              and (gated) dG without k
 //                                              (chunk_delta_wy_backward.cuh)
 //   RowTermsKernel        (chunks * K/64, H)   dq, dk (of the normalised q and k with the
 //                                              l2norm), parts of dbeta and (gated) dG
 //                                              (chunk_delta_row_terms.cuh; on the H100/H200
-//                                              RowTermsWgmmaKernel,
+//                                              RowTermsWgmmaKernel, (chunks * H * K/64) the
+//                                              slices fastest, then the heads,
 //                                              chunk_delta_row_terms_wgmma.cuh)
 //   RowGradSumsKernel     (chunks, H/32)       dbeta and (gated) dG: the two kernels' parts
 //                                              summed
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
+// The grids written as a product are one-dimensional with the heads varying before the chunks
+// (chunk_delta.cuh, ChunkHeadsGrid says why).
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
 // near 0, where the factors matter; the tests' tolerances are four orders above that).
