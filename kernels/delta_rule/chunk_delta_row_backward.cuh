@@ -74,7 +74,7 @@ enum RowBackwardBarrier : int {
 //   dS_j = gamma_L dS_j + Q_j^T (scale diag(gamma) dO) (4 steps per 64-row slice j, A = the
 //   queries' transposed fragments), which nothing waits for until the chunk's end;
 // and after dUt's copy (the second barrier), dS_j -= W_j^T dUt (4 steps each). Its tiles come by
-// the copy engine. The second warpgroup loads dO and G (into registers, a chunk ahead of their
+// the copy engine. The second warpgroup loads dO and G (into registers, two chunks ahead of their
 // use), puts dO's scaled columns tiles and the chain lanes' decays for the chain, and copies
 // dS[chunk] and dUt out of the chain warps' staging blocks: the chain has no loads of its own in
 // flight at its proxy fences, which wait for them (the forward pass, chunk_delta_row_forward.cuh,

@@ -44,8 +44,8 @@
 //   RowGradSumsKernel     (chunks, H/32)       dbeta and (gated) dG: the two kernels' parts
 //                                              summed
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
-// The grids written as a product are one-dimensional with the heads varying before the chunks
-// (chunk_delta.cuh, ChunkHeadsGrid says why).
+// The grids (chunks * H) and (chunks * H * K/64) are one-dimensional with the heads varying
+// before the chunks (chunk_delta.cuh, ChunkHeadsGrid says why).
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
 // near 0, where the factors matter; the tests' tolerances are four orders above that).
