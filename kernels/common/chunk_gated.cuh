@@ -354,7 +354,7 @@ cudaError_t LaunchOutput(const ChunkGatedParams& p, const Workspace& w, const bf
     // V-slice blocks.
     if (p.k_dim <= kChunkOutputMaxK) {
       return LaunchKernel<const bf16*>(
-          HeadChunkOutputKernel<kGate, kGradV>, dim3(p.total_chunks, p.heads),
+          HeadChunkOutputKernel<kGate, kGradV>, ChunkSliceGrid(p.total_chunks, p.heads),
           HeadChunkOutputSmemBytes(p.k_dim, p.v_dim, kGradV), stream, p, states);
     }
     return LaunchKernel<const bf16*>(HeadOutputKernel<kGradV>, slices,
@@ -379,8 +379,8 @@ cudaError_t Forward(const ChunkGatedParams& params, cudaStream_t stream) {
   if constexpr (kGate == Gate::kChannel) {
     // The scores and X first: with the state pass, the kernel also writes the pass's operands.
     cudaError_t err = LaunchKernel<bf16*, bf16*, bf16*, float*>(
-        ChannelScoresKernel<kGate>, dim3(p.total_chunks, p.heads), sizeof(ScoresSmem), stream, p,
-        p.intra_scores, w.decayed, by_pass ? w.pass_operand : nullptr, w.decays);
+        ChannelScoresKernel<kGate>, ChunkSliceGrid(p.total_chunks, p.heads), sizeof(ScoresSmem),
+        stream, p, p.intra_scores, w.decayed, by_pass ? w.pass_operand : nullptr, w.decays);
     if (err != cudaSuccess) return err;
   }
   if (cudaError_t err = ComputeStates<kGate, false>(p, w, by_pass, stream); err != cudaSuccess) {
@@ -419,7 +419,7 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
           p.v_dim <= 2 * kBK
               ? (gate_grad ? HeadChunkGradQKKernel<true, 2> : HeadChunkGradQKKernel<false, 2>)
               : (gate_grad ? HeadChunkGradQKKernel<true, 4> : HeadChunkGradQKKernel<false, 4>);
-      return LaunchKernel<const bf16*, const bf16*>(kernel, dim3(p.total_chunks, p.heads),
+      return LaunchKernel<const bf16*, const bf16*>(kernel, ChunkSliceGrid(p.total_chunks, p.heads),
                                                     HeadChunkGradQKSmemBytes(p.v_dim), stream, p,
                                                     w.states, w.d_states);
     }
@@ -434,7 +434,8 @@ cudaError_t Backward(const ChunkGatedParams& params, cudaStream_t stream) {
         ChunkSliceGrid(p.total_chunks, p.heads, p.k_dim / kBK), HeadGradQKSmemBytes(p.v_dim),
         stream, p, w.states, w.d_states, w.grad_parts);
     if (err != cudaSuccess || !gate_grad) return err;
-    HeadGateGradKernel<kGate><<<dim3(p.total_chunks, p.heads), kBT, 0, stream>>>(p, w.grad_parts);
+    HeadGateGradKernel<kGate>
+        <<<ChunkSliceGrid(p.total_chunks, p.heads), kBT, 0, stream>>>(p, w.grad_parts);
     return cudaGetLastError();
   } else {
     // dq, dk, dg first: the kernel also leaves the decayed keys that dv takes, unless

@@ -212,8 +212,8 @@ __global__ void __launch_bounds__(kThreads)
   static_assert(kGate == Gate::kChannel, "the head gate's scores are HeadOutputKernel's");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   ScoresSmem& s = *reinterpret_cast<ScoresSmem*>(smem_raw);
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads));
+  const int h = BlockHead(p.heads);
   for (int idx = threadIdx.x; idx < kBT * kLdF32; idx += kThreads) s.A[idx] = 0.0f;
   for (int k0 = 0; k0 < p.k_dim; k0 += kBK) {
     __syncthreads();
@@ -260,8 +260,8 @@ __global__ void __launch_bounds__(kThreads) ChannelOutputKernel(ChunkGatedParams
   bf16* rhs = st + slices * kTileElems;
   bf16* P = rhs + kTileElems;
   const int vs = p.v_dim / kBK;
-  const Chunk c = LocateChunk(p, BlockChunk(vs));
-  const int h = blockIdx.y, v0 = BlockSlice(vs) * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads, vs));
+  const int h = BlockHead(p.heads, vs), v0 = BlockSlice(vs) * kBK;
   for (int kk = 0; kk < slices; ++kk) {
     AsyncBlock(x + kk * kTileElems, decayed + DecayedOffset(p, c.global, h, 0) + kk * kBK,
                p.k_dim);
@@ -393,8 +393,8 @@ __global__ void __launch_bounds__(kThreads, 2) ChannelGradQKKernel(ChunkGatedPar
   const auto hs = [&](int j) { return s.Tiles(j) + 2 * kTileElems; };
   const auto dhs = [&](int j) { return s.Tiles(j) + 3 * kTileElems; };
   const int ks = p.k_dim / kBK, vs = p.v_dim / kBK;
-  const Chunk c = LocateChunk(p, BlockChunk(ks));
-  const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads, ks));
+  const int h = BlockHead(p.heads, ks), k0 = BlockSlice(ks) * kBK;
   const auto issue = [&](int j) { AsyncGradSlice(xo(j), p, c, h, k0, j, states, d_states); };
   // The gate's loads first: the copies' address arithmetic then overlaps them (issued last, the
   // block waited on them by themselves).

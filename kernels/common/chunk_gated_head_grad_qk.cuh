@@ -203,8 +203,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const auto hs = [&](int j) { return xo(j) + 2 * kTileElems; };
   const auto dhs = [&](int j) { return xo(j) + 3 * kTileElems; };
   const int ks = p.k_dim / kBK;
-  const Chunk c = LocateChunk(p, BlockChunk(ks));
-  const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads, ks));
+  const int h = BlockHead(p.heads, ks), k0 = BlockSlice(ks) * kBK;
   const auto issue = [&](int j) { AsyncGradSlice(xo(j), p, c, h, k0, j, states, d_states); };
 
   GateRegs<Gate::kHead> gate;  // the gate's load first, so that it overlaps the copies' issue
@@ -285,8 +285,8 @@ __global__ void __launch_bounds__(kThreads, kMaxVs <= 2 ? 2 : 1)
   const auto hs = [&](int s) { return xk + (1 + s % 2 * 2) * kTileElems; };
   const auto dhs = [&](int s) { return hs(s) + kTileElems; };
   bf16* kept_scores = xk + 5 * kTileElems;  // P, the forward's
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads));
+  const int h = BlockHead(p.heads);
   // Step s's (K slice kk, V slice j) follows the steps in order, so the loop below carries kk and
   // j from step to step: s / vs and s % vs, with vs known only at run time, took ~20 instructions
   // each (an integer division) per step.
@@ -412,8 +412,8 @@ template <Gate kGate>
 __global__ void __launch_bounds__(kBT) HeadGateGradKernel(ChunkGatedParams p, const float* parts) {
   static_assert(kGate == Gate::kHead, "the channel gate's dg comes from ChannelGradQKKernel");
   __shared__ float kdk[kBT], terms[kBT];
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y, i = threadIdx.x, slices = p.k_dim / kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads));
+  const int h = BlockHead(p.heads), i = threadIdx.x, slices = p.k_dim / kBK;
   const float* part = parts + (int64_t{c.global} * p.heads + h) * slices * kPartStride;
   float kd = 0.0f, term = 0.0f, state = 0.0f;
   for (int s = 0; s < slices; ++s, part += kPartStride) {

@@ -61,8 +61,8 @@ __global__ void __launch_bounds__(kThreads, kGradV ? 4 : 3)
   bf16* rhs = tiles + stages * kStageTiles * kTileElems;  // v or d_o
   bf16* scores = rhs + kTileElems;                        // P, bf16
   const int v_slice = BlockSlice(p.v_dim / kBK);
-  const Chunk c = LocateChunk(p, BlockChunk(p.v_dim / kBK));
-  const int h = blockIdx.y, v0 = v_slice * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads, p.v_dim / kBK));
+  const int h = BlockHead(p.heads, p.v_dim / kBK), v0 = v_slice * kBK;
   bf16* const kept_scores = p.intra_scores + ScoresOffset(p, c.global, h);
   const auto issue = [&](int kk) {
     AsyncRows(x(kk), kGradV ? p.k : p.q, p.qk_strides, c, h, kk * kBK);
@@ -141,8 +141,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   // Stage of V slice j: v's or d_o's columns, then the state's rows of each K slice in them.
   const auto rhs = [&](int j) { return scores + (1 + j % stages * (1 + ks)) * kTileElems; };
   const auto st = [&](int j, int kk) { return rhs(j) + (1 + kk) * kTileElems; };
-  const Chunk c = LocateChunk(p, blockIdx.x);
-  const int h = blockIdx.y;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads));
+  const int h = BlockHead(p.heads);
   bf16* const kept_scores = p.intra_scores + ScoresOffset(p, c.global, h);
   const ChunkRowsCopy qk_rows(p.qk_strides, c, h), v_rows(p.v_strides, c, h);
   const auto issue = [&](int j) {

@@ -89,8 +89,8 @@ __global__ void __launch_bounds__(kThreads) ChunkDecayKernel(ChunkGatedParams p,
   __shared__ __align__(128) bf16 k_tile[kTileElems];
   __shared__ __align__(128) bf16 q_tile[kTileElems];
   const int ks = p.k_dim / kBK;
-  const Chunk c = LocateChunk(p, BlockChunk(ks));
-  const int h = blockIdx.y, k0 = BlockSlice(ks) * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads, ks));
+  const int h = BlockHead(p.heads, ks), k0 = BlockSlice(ks) * kBK;
   AsyncRows(k_tile, p.k, p.qk_strides, c, h, k0);
   AsyncRows(q_tile, p.q, p.qk_strides, c, h, k0);
   __pipeline_commit();

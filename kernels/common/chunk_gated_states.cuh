@@ -69,8 +69,8 @@ __global__ void __launch_bounds__(kThreads) ChunkUpdateKernel(ChunkGatedParams p
   // Product i: a at tiles + i (1 + vs) tiles, its V slice j right after a.
   auto a_tile = [&](int i) { return tiles + i * (1 + vs) * kTileElems; };
   auto b_tile = [&](int i, int j) { return a_tile(i) + (1 + j) * kTileElems; };
-  const Chunk c = LocateChunk(p, BlockChunk(p.k_dim / kBK));
-  const int h = blockIdx.y, k0 = BlockSlice(p.k_dim / kBK) * kBK;
+  const Chunk c = LocateChunk(p, BlockChunk(p.heads, p.k_dim / kBK));
+  const int h = BlockHead(p.heads, p.k_dim / kBK), k0 = BlockSlice(p.k_dim / kBK) * kBK;
   const bf16* a_src[2] = {p.k, p.q};
   const bf16* b_src[2] = {p.v, p.d_o};
   bf16* dst[2] = {states, d_states};

@@ -10,6 +10,7 @@
 
 #include "kernels/common/block_items.cuh"
 #include "kernels/common/chunk_gated_params.h"
+#include "kernels/common/chunk_grid.cuh"
 #include "kernels/common/chunk_seqs.h"
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/norm/row_ops.cuh"  // LoadBf16x8
@@ -55,16 +56,7 @@ __device__ inline Chunk LocateChunk(const ChunkGatedParams& p, int global) {
   return MakeChunk(n, s, global - s.first_chunk);
 }
 
-// Kernels with one block per (chunk, head, 64-wide K or V slice) put a chunk's slices next to each
-// other in blockIdx.x (grid: ChunkSliceGrid), so that the tiles every slice of the chunk reads
-// (dO and V for a K slice, q and k or the scores for a V slice) come from L2 for all but the
-// first of its blocks. (With the slice in blockIdx.z, a chunk's slices ran a whole layer of the
-// grid apart, and each re-read those tiles from DRAM.)
-inline dim3 ChunkSliceGrid(int chunks, int heads, int slices) {
-  return dim3(static_cast<unsigned>(chunks * slices), static_cast<unsigned>(heads));
-}
-__device__ inline int BlockChunk(int slices) { return blockIdx.x / slices; }
-__device__ inline int BlockSlice(int slices) { return blockIdx.x % slices; }
+// Their (chunk, head[, slice]) blocks: kernels/common/chunk_grid.cuh.
 
 // Elements from a [B,T,H,D] tensor's origin to row (batch, t) at head h.
 __device__ inline int64_t RowOffset(const TensorStrides& s, int batch, int t, int h) {

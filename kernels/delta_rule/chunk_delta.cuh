@@ -15,6 +15,7 @@
 #include <cstdint>
 #include <initializer_list>
 
+#include "kernels/common/chunk_grid.cuh"
 #include "kernels/common/launch_checks.h"
 #include "kernels/common/launch_waves.h"
 #include "kernels/common/tensor_map.h"
@@ -63,18 +64,10 @@ inline cudaError_t RunScan(void (*kernel)(StepBase), const StepBase& b, cudaStre
   return cudaGetLastError();
 }
 
-// A grid of (chunk, head) items, `per_item` blocks each, in one dimension with the heads varying
-// before the chunks (the kernels take chunk = blockIdx.x / per_item / H). The row scalars (G,
-// beta, dbeta and the gradients' row parts) are [tokens, H] fp32: a block reads or writes 4 bytes
-// of each 32-byte sector for its head, and blocks of neighbouring heads that run together share
-// the sectors (that is how I read the DRAM bytes below; not checked further). Measured on the H200
-// beside the (chunks, H) grids in one run (ncu per call): ChunkPrepareWgmma 423.5 -> 415.8 us,
-// WYBackward 436.3 -> 432.0, RowTermsWgmma 647.9 -> 638.8 at (1, 8192, 96, 128) (DRAM reads 621.6
-// -> 610.7, 844.6 -> 815.6, 1940 -> 1920 MB); at (8, 4096, 8, 256) 232.2 -> 228.9, 253.7 -> 251.8,
-// 583.7 -> 571.2; chunk_delta_rule's forward + backward 1.787-1.794 -> 1.751-1.762 ms at (2, 16384,
-// 16, 128).
+// A grid of (chunk, head) items, `per_item` blocks each, in the order of
+// kernels/common/chunk_grid.cuh (which says why and what it gained).
 inline dim3 ChunkHeadsGrid(const ChunkDeltaParams& p, int per_item = 1) {
-  return dim3(static_cast<unsigned>(int64_t{p.total_chunks} * p.heads * per_item));
+  return ChunkSliceGrid(p.total_chunks, p.heads, per_item);
 }
 
 // Raises the kernel's dynamic shared-memory limit (needed above 48 KB) and launches it.

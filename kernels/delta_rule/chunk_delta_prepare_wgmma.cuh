@@ -24,6 +24,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/chunk_grid.cuh"
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/common/wgmma.cuh"
 #include "kernels/delta_rule/chunk_delta_copies.cuh"
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kThreads, 3)
   float* G = reinterpret_cast<float*>(at + layout.Scalars());
   float* beta = G + kBT;
   const uint32_t keys = at_s + layout.kKeys, rows = at_s + layout.Rows();
-  const int chunk = blockIdx.x / p.heads, h = blockIdx.x % p.heads;  // heads fastest
+  const int chunk = BlockChunk(p.heads), h = BlockHead(p.heads);  // (ChunkHeadsGrid)
   const int nk = layout.nk, nv = p.v_dim / kBT;
   const int group = threadIdx.x / 128;
   const Chunk c = LocateChunk(p, chunk);

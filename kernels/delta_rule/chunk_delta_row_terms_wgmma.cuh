@@ -35,6 +35,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/chunk_grid.cuh"
 #include "kernels/common/mma_tile.cuh"
 #include "kernels/common/ptx.cuh"
 #include "kernels/common/wgmma.cuh"
@@ -107,8 +108,8 @@ __global__ void __launch_bounds__(kThreads, 2)
   const ChunkDeltaParams& p = b.p;
   const int K = p.k_dim, V = p.v_dim, nk = K / kBT;
   // Slices fastest, then heads, then chunks.
-  const int slice = blockIdx.x % nk, k0 = slice * kBT, h = blockIdx.x / nk % p.heads;
-  const int chunk = blockIdx.x / nk / p.heads;
+  const int slice = BlockSlice(nk), k0 = slice * kBT, h = BlockHead(p.heads, nk);
+  const int chunk = BlockChunk(p.heads, nk);
   const bool first_slice = slice == 0;
   const bool with_m = kGated && first_slice;  // M: only for dG's P sums
   const Chunk c = LocateChunk(p, chunk);

@@ -45,7 +45,7 @@
 //                                              summed
 //   FinishRowsKernel      (chunks, H)          with the l2norm: dq, dk through its backward
 // The grids (chunks * H) and (chunks * H * K/64) are one-dimensional with the heads varying
-// before the chunks (chunk_delta.cuh, ChunkHeadsGrid says why).
+// before the chunks (kernels/common/chunk_grid.cuh says why).
 // Rows past a chunk's end (the tail of a sequence) load as zero and are never stored.
 // Decay factors computed per element of a tile use the hardware exponential (__expf: a few ulp
 // near 0, where the factors matter; the tests' tolerances are four orders above that).

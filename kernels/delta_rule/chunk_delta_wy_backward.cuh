@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "kernels/common/chunk_grid.cuh"
 #include "kernels/delta_rule/chunk_delta_copies.cuh"
 
 namespace flame::kernels::delta_chunk::tiles {
@@ -109,7 +110,7 @@ __global__ void __launch_bounds__(kThreads, 3) WYBackwardKernel(StepBase b) {
   float* const t_row_parts = reinterpret_cast<float*>(at + L::kTRowParts);
   float* const t_col_parts = reinterpret_cast<float*>(at + L::kTColParts);
   const ChunkDeltaParams& p = b.p;
-  const int chunk = blockIdx.x / p.heads, h = blockIdx.x % p.heads;  // heads fastest
+  const int chunk = BlockChunk(p.heads), h = BlockHead(p.heads);  // (ChunkHeadsGrid)
   const Chunk c = LocateChunk(p, chunk);
   const int V = p.v_dim, slices = V / kBT;
   IssueRowScalars(G, beta, b.s.G + Tok(p, c.row, h, 1), b.s.bt + Tok(p, c.row, h, 1), p.heads,
