@@ -21,7 +21,9 @@
 #include "kernels/common/tensor_map.h"
 #include "kernels/delta_rule/chunk_delta_backward_steps.h"
 #include "kernels/delta_rule/chunk_delta_column_backward.cuh"
+#include "kernels/delta_rule/chunk_delta_column_backward_split.cuh"
 #include "kernels/delta_rule/chunk_delta_column_forward.cuh"
+#include "kernels/delta_rule/chunk_delta_column_forward_split.cuh"
 #include "kernels/delta_rule/chunk_delta_gate_scans.cuh"
 #include "kernels/delta_rule/chunk_delta_local_value_grads.cuh"
 #include "kernels/delta_rule/chunk_delta_output.cuh"
@@ -223,9 +225,13 @@ inline bool UseRowPasses(const ChunkDeltaParams& p) {
 // UseColumnPasses; with `output`, the one that also writes o), or the row-form pass (`rows`:
 // UseRowPasses; with `output`, the one that writes o) and the mma.sync pass at 32 or 64
 // (with `output` also the one that writes o, where it runs in as few waves as the one that does
-// not: one block per multiprocessor; picked->local_term says which).
-inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool rows, bool output,
-                                   PassVariant* picked) {
+// not: one block per multiprocessor; picked->local_term says which), and with `output` at K =
+// 256 on warpgroup products the column pass with single-buffered keys
+// (chunk_delta_column_forward_split.cuh), last: taken where it runs in fewer waves than all of
+// them (at (8, 4096, 8, 256) on the H200 one against the mma.sync pass's two).
+inline cudaError_t PickForwardPass(const StepBase& b, bool output, PassVariant* picked) {
+  const ChunkDeltaParams& p = b.p;
+  const bool columns = b.column_passes, rows = b.row_passes;
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
     using tiles::StateForwardWgmmaFor, tiles::StateForwardWgmmaSmem;
@@ -256,12 +262,20 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
                           StateForwardSmem(K, 32, true), 32, kThreads, true};
   const PassVariant out64{output ? StateForwardFor(nk, 64, true) : nullptr,
                           StateForwardSmem(K, 64, true), 64, kThreads, true};
+  using tiles::StateForwardWgmmaSplitFor, tiles::StateForwardWgmmaSplitSmem,
+      tiles::kSplitColumnCols, tiles::kSplitColumnThreads;
+  PassVariant split_columns;
+  if (b.warpgroup_products && output && K == 4 * kBT) {
+    split_columns = {StateForwardWgmmaSplitFor(b.gated), StateForwardWgmmaSplitSmem(),
+                     kSplitColumnCols, kSplitColumnThreads, true};
+  }
   return PickVariant(p,
                      {row_form,
                       out32,
                       {StateForwardFor(nk, 32), StateForwardSmem(K, 32), 32},
                       out64,
-                      {StateForwardFor(nk, 64), StateForwardSmem(K, 64), 64}},
+                      {StateForwardFor(nk, 64), StateForwardSmem(K, 64), 64},
+                      split_columns},
                      picked);
 }
 
@@ -270,9 +284,11 @@ inline cudaError_t PickForwardPass(const ChunkDeltaParams& p, bool columns, bool
 // mma.sync pass with all of a chunk's tiles double-buffered, or only the
 // keys (see StateBackwardKernel), each at 32 or 64 value columns; before each, where it exists
 // (unsplit for K <= 128, split above), the one that forms MtdO itself (picked->local_term), taken
-// where it runs in as few waves.
+// where it runs in as few waves; and at K = 256 on warpgroup products (`warpgroup`) the column
+// pass with single-buffered queries and W (chunk_delta_column_backward_split.cuh; it forms MtdO),
+// last, as the forward's (PickForwardPass).
 inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, bool rows,
-                                    PassVariant* picked) {
+                                    bool warpgroup, bool gated, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
     using tiles::StateBackwardWgmmaFor, tiles::StateBackwardWgmmaSmem;
@@ -289,6 +305,13 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, boo
     row_form = {StateBackwardRowsFor(nk), StateBackwardRowsSmem(K), kRowFormCols,
                 kRowBackwardThreads, true};
   }
+  using tiles::StateBackwardWgmmaSplitFor, tiles::StateBackwardWgmmaSplitSmem,
+      tiles::kSplitColumnCols, tiles::kSplitColumnThreads;
+  PassVariant split_columns;
+  if (warpgroup && K == 4 * kBT) {
+    split_columns = {StateBackwardWgmmaSplitFor(gated), StateBackwardWgmmaSplitSmem(),
+                     kSplitColumnCols, kSplitColumnThreads, true};
+  }
   return PickVariant(p,
                      {row_form,
                       {StateBackwardFor(nk, false, 32, true), StateBackwardSmem(K, false, 32, true),
@@ -302,7 +325,8 @@ inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, boo
                       {StateBackwardFor(nk, false, 64), StateBackwardSmem(K, false, 64), 64},
                       {StateBackwardFor(nk, true, 64, true), StateBackwardSmem(K, true, 64, true),
                        64, kThreads, true},
-                      {StateBackwardFor(nk, true, 64), StateBackwardSmem(K, true, 64), 64}},
+                      {StateBackwardFor(nk, true, 64), StateBackwardSmem(K, true, 64), 64},
+                      split_columns},
                      picked);
 }
 
@@ -329,11 +353,14 @@ inline cudaError_t Validate(const ChunkDeltaParams& p, bool gated, bool backward
 
 // Whether the backward's state pass reads MtdO from the scratch: the mma.sync passes but the
 // variants that form it themselves (the row form's, and one of the mma.sync pass's;
-// PickBackwardPass); true where the pick fails (no device).
+// PickBackwardPass); true where the pick fails (no device). (The split column pass's gated and
+// ungated kernels take the same waves: either stands for both here.)
 // p.num_seqs filled in.
 inline bool BackwardReadsMtdO(const ChunkDeltaParams& p, bool columns, bool rows) {
   PassVariant pass;
-  return !columns && (PickBackwardPass(p, false, rows, &pass) != cudaSuccess || !pass.local_term);
+  return !columns &&
+         (PickBackwardPass(p, false, rows, UseWarpgroupProducts(p), false, &pass) != cudaSuccess ||
+          !pass.local_term);
 }
 
 // Bytes of params.workspace the forward (backward = false) or backward needs on the current
@@ -405,7 +432,7 @@ inline cudaError_t RunForwardKernels(const StepBase& b, bool kept, bool output,
   // The column pass writes o itself (kOutput), and so do the row form's and the mma.sync pass's
   // output variants; after the others, OutputKernel does.
   PassVariant pass;
-  if ((err = PickForwardPass(p, b.column_passes, b.row_passes, output, &pass)) != cudaSuccess ||
+  if ((err = PickForwardPass(b, output, &pass)) != cudaSuccess ||
       (err = RunPass(pass, b, stream)) != cudaSuccess) {
     return err;
   }
@@ -427,7 +454,8 @@ inline cudaError_t RunBackward(const ChunkDeltaParams& params, bool gated, cudaS
   if (cudaError_t err = Validate(params, gated, true); err != cudaSuccess) return err;
   StepBase b = MakeStepBase(params, gated);
   PassVariant pass;
-  cudaError_t err = PickBackwardPass(b.p, b.column_passes, b.row_passes, &pass);
+  cudaError_t err =
+      PickBackwardPass(b.p, b.column_passes, b.row_passes, b.warpgroup_products, b.gated, &pass);
   if (err != cudaSuccess || (err = CarveStepScratch(b, &pass)) != cudaSuccess) return err;
   const ChunkDeltaParams& p = b.p;
   const dim3 chunks(p.total_chunks, p.heads);

@@ -128,14 +128,41 @@ struct GroupStage {
   }
 };
 
-// The warpgroup products whose A is the warp's state copy (the passes' W S or S^T Q^T, and K dS):
-// the state's bf16 fragments in groups of four k steps (16 registers), each group's products --
-// products(k, a) for k step k with fragment a -- waited for before the next group's fragments
-// take its registers; every fragment also goes to the staging tile, for the state's per-chunk
-// copy. The last group's products are left running (committed).
-template <int K, typename Products>
-__device__ __forceinline__ void MultiplyStateCopy(const WarpRows<K>& state,
-                                                  const GroupStage<K>& stage, Products products) {
+// A warp's 16 x 16 blocks of a matrix it holds transposed, as A fragments (bf16; WarpRows's
+// Bf16A: rows the warp's 16 value columns, columns 16 s .. 16 s + 15 of the tokens or of K), stored
+// into a row-major bf16 matrix (rows ld apart) from the warp's first column: lanes g and g ^ 1
+// (lane / 4) swap a fragment register (one shuffle), so that each holds two adjacent columns of
+// one row -- lane (g, t) row 2 t + g % 2, columns g & ~1 and the next -- and stores them as one
+// 4-byte word; a warp's store writes 8 rows x 16 bytes.
+struct TransposedPairs {
+  bf16* at;  // the lane's element of block 0, register 0
+  int64_t ld;
+
+  __device__ TransposedPairs(bf16* dst, int64_t row_stride)
+      : at(dst + Row() * row_stride + (threadIdx.x % 32 / 4 & ~1)), ld(row_stride) {}
+  __device__ static bool Odd() { return threadIdx.x % 32 / 4 % 2 != 0; }
+  __device__ static int Row() { return 2 * (threadIdx.x % 4) + (Odd() ? 1 : 0); }
+  // Block s of the fragment a: rows 16 s .. 16 s + 15, those from `rows` on not stored. Register
+  // m holds columns g + 8 (m % 2), rows 16 s + 8 (m / 2) + 2 t and the next (low, high halves).
+  __device__ __forceinline__ void Store(int s, const uint32_t (&a)[4], int rows) const {
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const uint32_t other = __shfl_xor_sync(0xffffffffu, a[m], 4);
+      const uint32_t pair =
+          Odd() ? __byte_perm(other, a[m], 0x7632) : __byte_perm(a[m], other, 0x5410);
+      const int r = 16 * s + 8 * (m / 2);
+      if (Row() + r < rows) *reinterpret_cast<uint32_t*>(at + r * ld + 8 * (m % 2)) = pair;
+    }
+  }
+};
+
+// products(k, a) for each k step of a product whose A is the warp's state (K x 16 held as S^T),
+// its bf16 fragments formed in groups of four k steps (16 registers), each group's products
+// committed and waited for before the next group's fragments take the registers -- but the last
+// group's, left running -- and after(k, a) for each fragment while its group runs.
+template <int K, typename Products, typename After>
+__device__ __forceinline__ void MultiplyState(const WarpRows<K>& state, Products products,
+                                              After after) {
 #pragma unroll
   for (int j = 0; j < K / 64; ++j) {
     if (j > 0) wgmma::Wait<0>();  // the group before is done with the fragments' registers
@@ -147,8 +174,15 @@ __device__ __forceinline__ void MultiplyStateCopy(const WarpRows<K>& state,
     for (int s = 0; s < 4; ++s) products(4 * j + s, a[s]);
     wgmma::Commit();
 #pragma unroll
-    for (int s = 0; s < 4; ++s) stage.Put(4 * j + s, a[s]);
+    for (int s = 0; s < 4; ++s) after(4 * j + s, a[s]);
   }
+}
+
+// MultiplyState whose fragments also go to the staging tile, for the state's per-chunk copy.
+template <int K, typename Products>
+__device__ __forceinline__ void MultiplyStateCopy(const WarpRows<K>& state,
+                                                  const GroupStage<K>& stage, Products products) {
+  MultiplyState(state, products, [&](int k, const uint32_t(&a)[4]) { stage.Put(k, a); });
 }
 
 // The barrier of warpgroup g's 128 threads (g < 2: named barrier 1 + g; 0 is __syncthreads').

@@ -77,6 +77,11 @@ INSTANTIATE_TEST_SUITE_P(
                       DeltaCase{false, 1, 130, 72, 128, 128, {}, 0, false, true, 38},
                       DeltaCase{false, 1, 263, 14, 64, 128, kOddLengths, 0, true, true, 39},
                       DeltaCase{false, 2, 100, 72, 128, 64, {}, 0, true, false, 40},
+                      // K = 256 over 64 heads: the forward's column pass with single-buffered
+                      // keys, 128 columns a block (chunk_delta_column_forward_split.cuh), in
+                      // fewer waves than the mma.sync pass's blocks; dense and varlen.
+                      DeltaCase{false, 1, 130, 64, 256, 256, {}, 0, true, true, 54},
+                      DeltaCase{false, 1, 263, 64, 256, 256, kOddLengths, 0, false, true, 55},
                       // The kernels of GPUs without warpgroup products (sm_80) on this one: the
                       // mma.sync state passes and RowTermsKernel where the column passes and
                       // RowTermsWgmmaKernel would run.

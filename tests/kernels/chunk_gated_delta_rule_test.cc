@@ -35,6 +35,9 @@ INSTANTIATE_TEST_SUITE_P(
                       // of 64, so both passes take 64 (one wave), the backward its split variant
                       // that forms MtdO itself (the smaller K = 256 cases take 32 columns).
                       DeltaCase{true, 1, 130, 24, 256, 256, {}, 1.0f, true, true, 50},
+                      // ... and over 64 heads the forward's column pass with single-buffered keys
+                      // (as in chunk_delta_rule_test), varlen.
+                      DeltaCase{true, 1, 263, 64, 256, 256, kOddLengths, 10.0f, true, true, 52},
                       // The sm_80 kernels on this GPU (ChunkDeltaParams::portable_kernels).
                       DeltaCase{true, 1, 263, 28, 128, 64, kOddLengths, 0.1f, true, true, 51,
                                 true}),
