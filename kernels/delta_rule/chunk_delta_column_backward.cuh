@@ -159,25 +159,7 @@ __global__ void __launch_bounds__(128 * kGroups)
     wgmma::Commit();
     // Meanwhile dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
     uint32_t og_a[kBT / 16][4];
-#pragma unroll
-    for (int s = 0; s < kBT / 16; ++s) {
-      float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
-#pragma unroll
-      for (int hi = 0; hi < 2; ++hi) {
-        if (b.gated) {
-          const float2 Gp = ptx::LoadShared2(G_at + set + 4 * (16 * s + 8 * hi));
-          f[hi][0] = p.scale * ptx::Exp2(Gp.x * ptx::kRcpLn2);
-          f[hi][1] = p.scale * ptx::Exp2(Gp.y * ptx::kRcpLn2);
-        } else {
-          f[hi][0] = f[hi][1] = p.scale;
-        }
-      }
-#pragma unroll
-      for (int r = 0; r < 4; ++r) {
-        const float2 x = UnpackBf16(o_a[s][r]);
-        og_a[s][r] = PackBf16(x.x * f[r / 2][0], x.y * f[r / 2][1]);
-      }
-    }
+    ScaleOutputGradFragments(o_a, og_a, G_at + set, p.scale, b.gated);
     wgmma::Wait<0>();
     // dUt^T; its bf16 copy to the scratch (staged) and, negated, the A operand of W's product.
     du.Scale(p.scale);

@@ -137,17 +137,7 @@ __global__ void __launch_bounds__(128 * kGroups)
 
     // Ut^T = U^T - S^T W^T, the accumulators starting from U^T.
     WarpRows<kBT> ut;
-#pragma unroll
-    for (int s = 0; s < kBT / 16; ++s) {
-      uint32_t f[4];
-      ptx::LoadMatrix4Trans(f, u_at + set + 2 * s * 16 * Set::kLdValues);
-#pragma unroll
-      for (int m = 0; m < 4; ++m) {
-        const float2 u = UnpackBf16(f[m]);
-        float* x = ut.x[2 * s + m / 2] + 2 * (m % 2);
-        x[0] = u.x, x[1] = u.y;
-      }
-    }
+    LoadTransposedValues(ut, u_at + set, 2 * Set::kLdValues);
     float(&ut_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(ut.x);
     WarpRows<kBT> o;  // o^T / scale (kOutput)
     float(&o_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(o.x);

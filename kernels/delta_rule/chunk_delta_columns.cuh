@@ -264,6 +264,50 @@ __device__ __forceinline__ void ScaleTokensByGamma(WarpRows<kBT>& x, uint32_t G_
   }
 }
 
+// The warp's 16 columns of a chunk's 64-row bf16 value tile (U or dO: row-major, rows ld_bytes
+// apart), transposed, as fp32 accumulators x (rows the columns, columns the tokens), from at: the
+// lane's transposed-ldmatrix address of the tile's row 0 (the columns' pass's u_at / o_at).
+__device__ __forceinline__ void LoadTransposedValues(WarpRows<kBT>& x, uint32_t at, int ld_bytes) {
+#pragma unroll
+  for (int s = 0; s < kBT / 16; ++s) {
+    uint32_t f[4];
+    ptx::LoadMatrix4Trans(f, at + s * 16 * ld_bytes);
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+      const float2 v = UnpackBf16(f[m]);
+      float* e = x.x[2 * s + m / 2] + 2 * (m % 2);
+      e[0] = v.x, e[1] = v.y;
+    }
+  }
+}
+
+// dO'^T = (scale diag(gamma) dO)^T's bf16 A fragments (out; the warp's 16 columns, tokens 16 s ..)
+// from dO^T's (in; may be out), rounded to bf16 again: gamma = exp(G) of the lane's tokens where
+// gated (G_at as DecayTokens'), else 1.
+__device__ __forceinline__ void ScaleOutputGradFragments(const uint32_t (&in)[kBT / 16][4],
+                                                         uint32_t (&out)[kBT / 16][4],
+                                                         uint32_t G_at, float scale, bool gated) {
+#pragma unroll
+  for (int s = 0; s < kBT / 16; ++s) {
+    float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
+#pragma unroll
+    for (int hi = 0; hi < 2; ++hi) {
+      if (gated) {
+        const float2 Gp = ptx::LoadShared2(G_at + 4 * (16 * s + 8 * hi));
+        f[hi][0] = scale * ptx::Exp2(Gp.x * ptx::kRcpLn2);
+        f[hi][1] = scale * ptx::Exp2(Gp.y * ptx::kRcpLn2);
+      } else {
+        f[hi][0] = f[hi][1] = scale;
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < 4; ++r) {
+      const float2 x = UnpackBf16(in[s][r]);
+      out[s][r] = PackBf16(x.x * f[r / 2][0], x.y * f[r / 2][1]);
+    }
+  }
+}
+
 // One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands (forward: the keys, W and,
 // where it writes o, the queries; backward: the keys, the queries and W) and kMats 64 x 64 bf16
 // chunk matrices (M: the backward's, and the forward's where it writes o), all as swizzled tiles
