@@ -24,14 +24,19 @@
 //                                              (chunk_delta_state_pass.cuh; on the H100/H200
 //                                              for wide batches at K <= 128 the column form,
 //                                              StateForwardWgmmaKernel, chunk_delta_columns.cuh,
-//                                              128 or 256 threads)
+//                                              128 or 256 threads; at K = 256, (V/128, H, N),
+//                                              StateForwardWgmmaSplitKernel,
+//                                              chunk_delta_column_forward_split.cuh; for narrow
+//                                              ones at K <= 128 the row form,
+//                                              chunk_delta_rows.cuh)
 //   OutputKernel          (chunks, H, V/64)    o (chunk_delta_output.cuh), where the forward
 //                                              pass does not write it
 //   LocalValueGradsKernel (chunks, H, V/64)    scale M^T dO, the chunk-local part of dUt
 //                                              (chunk_delta_local_value_grads.cuh), where the
 //                                              backward pass does not form it
 //   StateBackwardKernel   (V/32 or V/64, H, N) reverse over the chunks: dS, dUt (ditto;
-//                                              StateBackwardWgmmaKernel)
+//                                              StateBackwardWgmmaKernel,
+//                                              StateBackwardWgmmaSplitKernel, the row form)
 //   WYBackwardKernel      (chunks * H)         through T: dv, dY, dAb + dAb^T, the parts of dbeta
 //                                              and (gated) dG without k
 //                                              (chunk_delta_wy_backward.cuh)
