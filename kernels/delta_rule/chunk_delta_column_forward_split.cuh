@@ -19,9 +19,10 @@
 //   (TransposedPairs), where StateForwardWgmmaKernel stages them for 16-byte stores (a K x 64
 //   staging tile per warpgroup is 36 KB at K = 256).
 // - Registers: o after Ut and in halves of the tokens, not beside W S as the K <= 128 pass has
-//   it. With the state's 128 registers, o's and Ut's accumulators together did not fit: ptxas
-//   serialised the products and spilled (ungated 56 bytes; in halves, none, and 48 bytes for the
-//   gated rule, whose products stay serialised -- C7512).
+//   it. With the state's 128 registers a thread, o's accumulators beside Ut's did not fit (ptxas
+//   serialised the products, C7512, and spilled 136 bytes); o whole after Ut still spilled 56
+//   bytes ungated; in halves the ungated pass has no spills, the gated one 48 bytes, its products
+//   still serialised.
 // Each multiprocessor holds one block, two warpgroups' chains: at (8, 4096, 8, 256) the grid is
 // 128 blocks, one wave on the H200, where the mma.sync pass's 64-column blocks (233 registers a
 // thread, one block a multiprocessor) take two (chunk_delta.cuh, PickForwardPass). Measured there
@@ -81,8 +82,8 @@ __global__ void __launch_bounds__(kSplitColumnThreads, 1)
   const Seq seq = LocateSeq<kBT>(p, n);
   const SeqSources src(p, seq, h);
   const int64_t ld_k = int64_t{H} * K, ld_v = int64_t{H} * V;
-  // (Chunk ci's addresses are formed where they are used, from the parameters: held from chunk
-  // to chunk, with the state's 128 registers a thread, they spilled.)
+  // (Chunk ci's addresses are formed where they are used, from the parameters, not carried from
+  // chunk to chunk: the state takes 128 registers a thread.)
 
   uint64_t* bars = reinterpret_cast<uint64_t*>(at + L::kBars);
   // (The copy engine always: this kernel runs only where b.tile_copies holds.)

@@ -71,7 +71,9 @@ echo "$(elapsed) tests done (status $status)"
 
 # compute-sanitizer, side by side (the GPU is free while fla's warm-up workers compile): memcheck
 # over every chunk_gla, chunk_simple_gla and chunk_gated_delta_rule case; racecheck over two
-# chunk_gla cases and three chunk_delta_rule cases (fixed-length, varlen, 72 heads). The logs go
+# chunk_gla cases and chunk_delta_rule's fixed-length, varlen, 72-head and 64-head cases (the
+# last at K = 128 and 256: the mma.sync passes' single-buffered variant, the K = 256 column
+# passes). The logs go
 # with the warm-up logs (warm_logs.tgz), the summary to $OUT/sanitizers.txt.
 if [ "${SANITIZE:-1}" = 1 ]; then
   san() {
