@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(128 * kGroups)
     wgmma::Commit();
     // Meanwhile dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
     uint32_t og_a[kBT / 16][4];
-    ScaleOutputGradFragments(o_a, og_a, G_at + set, p.scale, b.gated);
+    ScaleOutputGradFragments(o_a, og_a, G_at + set, b);
     wgmma::Wait<0>();
     // dUt^T; its bf16 copy to the scratch (staged) and, negated, the A operand of W's product.
     du.Scale(p.scale);

@@ -168,7 +168,7 @@ __global__ void __launch_bounds__(kSplitColumnThreads, 1)
     wgmma::Commit();
     wgmma::Wait<0>();
     // dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
-    ScaleOutputGradFragments(o_a, o_a, G_at + set, p.scale, kGated);
+    ScaleOutputGradFragments(o_a, o_a, G_at + set, b);
     // dUt^T; its bf16 copy to the scratch and, negated, the A operand of W's product.
     du.Scale(p.scale);
     uint32_t du_a[kBT / 16][4];

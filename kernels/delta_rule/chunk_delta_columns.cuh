@@ -283,21 +283,23 @@ __device__ __forceinline__ void LoadTransposedValues(WarpRows<kBT>& x, uint32_t 
 
 // dO'^T = (scale diag(gamma) dO)^T's bf16 A fragments (out; the warp's 16 columns, tokens 16 s ..)
 // from dO^T's (in; may be out), rounded to bf16 again: gamma = exp(G) of the lane's tokens where
-// gated (G_at as DecayTokens'), else 1.
+// b.gated (G_at as DecayTokens'), else 1. (The scale and the flag read from the kernel's
+// parameters where they are used: passed in as values, they held registers through the passes'
+// products.)
 __device__ __forceinline__ void ScaleOutputGradFragments(const uint32_t (&in)[kBT / 16][4],
                                                          uint32_t (&out)[kBT / 16][4],
-                                                         uint32_t G_at, float scale, bool gated) {
+                                                         uint32_t G_at, const StepBase& b) {
 #pragma unroll
   for (int s = 0; s < kBT / 16; ++s) {
     float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
-      if (gated) {
+      if (b.gated) {
         const float2 Gp = ptx::LoadShared2(G_at + 4 * (16 * s + 8 * hi));
-        f[hi][0] = scale * ptx::Exp2(Gp.x * ptx::kRcpLn2);
-        f[hi][1] = scale * ptx::Exp2(Gp.y * ptx::kRcpLn2);
+        f[hi][0] = b.p.scale * ptx::Exp2(Gp.x * ptx::kRcpLn2);
+        f[hi][1] = b.p.scale * ptx::Exp2(Gp.y * ptx::kRcpLn2);
       } else {
-        f[hi][0] = f[hi][1] = scale;
+        f[hi][0] = f[hi][1] = b.p.scale;
       }
     }
 #pragma unroll
