@@ -13,8 +13,8 @@
 // 256) on the H200 beside the mma.sync pass (StateBackwardKernel<4, split, 64, MtdO>, 64 columns a
 // block, two waves) in one run, ncu per call: 647.2 -> 404.7 us ungated, -> 400.9 gated; with the
 // forward's split pass, chunk_delta_rule's forward + backward 2.255-2.265 -> 1.924-1.967 ms,
-// chunk_gated_delta_rule's 2.455-2.489 -> 2.162-2.207. ptxas: 16 bytes of spills ungated, none
-// gated.
+// chunk_gated_delta_rule's 2.455-2.489 -> 2.162-2.207 (that version: 16 bytes of spills ungated;
+// with dO's scaling reading the scale from the parameters, cf5ec50, none -- not timed since).
 #pragma once
 
 #include <cuda_bf16.h>
