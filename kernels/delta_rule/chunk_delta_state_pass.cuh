@@ -1,7 +1,9 @@
 // The sequential state passes of the chunked delta rule (formulas in chunk_delta_steps.h) on
 // mma.sync, one block per (V slice of kBV = 32 or 64, head, sequence), the K x kBV state slice
 // held in registers in fp32. (On the H100/H200, batches wide enough at K <= 128 take the column
-// form on warpgroup products instead: chunk_delta_columns.cuh.) Slices of 32 give twice the blocks,
+// form on warpgroup products instead: chunk_delta_columns.cuh; narrower ones the row form,
+// chunk_delta_rows.cuh; and at K = 256 the column form too where it runs in fewer waves,
+// chunk_delta_column_{forward,backward}_split.cuh.) Slices of 32 give twice the blocks,
 // which the small shapes need: a (4, 2048, 16, 128) batch has only 4 x 16 sequence-heads to spread
 // over 132 multiprocessors; slices of 64 halve the waves where the blocks do not fit at once. The
 // launcher picks by waves (chunk_delta.cuh, PickVariant). Measured on the H200: (8, 4096, 8, 256)
