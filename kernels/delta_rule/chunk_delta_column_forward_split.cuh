@@ -212,15 +212,7 @@ __global__ void __launch_bounds__(kSplitColumnThreads, 1)
           },
           [](int, const uint32_t(&)[4]) {});
       wgmma::Wait<0>();
-      if constexpr (kGated) {  // times gamma of the lane's tokens
-#pragma unroll
-        for (int i = 0; i < WarpRows<kHalf>::kTiles; ++i) {
-          const float2 G = ptx::LoadShared2(G_at + set + 4 * (kHalf * hf + 8 * i));
-          const float d0 = ptx::Exp2(G.x * ptx::kRcpLn2), d1 = ptx::Exp2(G.y * ptx::kRcpLn2);
-          o.x[i][0] *= d0, o.x[i][2] *= d0;
-          o.x[i][1] *= d1, o.x[i][3] *= d1;
-        }
-      }
+      if constexpr (kGated) ScaleTokensByGamma(o, G_at + set + 4 * kHalf * hf);
       wgmma::Fence();
 #pragma unroll
       for (int s = 0; s < kBT / 16; ++s) {

@@ -253,10 +253,12 @@ __device__ __forceinline__ void DecayTokens(WarpRows<kBT>& x, uint32_t G_at, flo
   }
 }
 
-// x(v, tok) *= exp(G_tok) (the queries' gamma) for the lane's tokens, as DecayTokens.
-__device__ __forceinline__ void ScaleTokensByGamma(WarpRows<kBT>& x, uint32_t G_at) {
+// x(v, tok) *= exp(G_tok) (the queries' gamma) for the lane's tokens, as DecayTokens (kTokens: the
+// chunk's 64, or a half of them with G_at moved to the half's first token).
+template <int kTokens>
+__device__ __forceinline__ void ScaleTokensByGamma(WarpRows<kTokens>& x, uint32_t G_at) {
 #pragma unroll
-  for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+  for (int i = 0; i < WarpRows<kTokens>::kTiles; ++i) {
     const float2 G = ptx::LoadShared2(G_at + 4 * 8 * i);
     const float d0 = ptx::Exp2(G.x * ptx::kRcpLn2), d1 = ptx::Exp2(G.y * ptx::kRcpLn2);
     x.x[i][0] *= d0, x.x[i][2] *= d0;
