@@ -222,9 +222,10 @@ inline bool UseRowPasses(const ChunkDeltaParams& p) {
 }
 
 // The forward pass's variants: the column pass at 128 or 64 value columns per block (`columns`:
-// UseColumnPasses; with `output`, the one that also writes o), or the row-form pass (`rows`:
-// UseRowPasses; with `output`, the one that writes o) and the mma.sync pass at 32 or 64
-// (with `output` also the one that writes o, where it runs in as few waves as the one that does
+// UseColumnPasses; with `output`, the one that also writes o, for the ungated rule forming M
+// itself: ChunkPrepare then writes no M, chunk_delta_columns.cuh's FormChunkMat), or the row-form
+// pass (`rows`: UseRowPasses; with `output`, the one that writes o) and the mma.sync pass at 32 or
+// 64 (with `output` also the one that writes o, where it runs in as few waves as the one that does
 // not: one block per multiprocessor; picked->local_term says which), and with `output` at K =
 // 256 on warpgroup products the column pass with single-buffered keys
 // (chunk_delta_column_forward_split.cuh), last: taken where it runs in fewer waves than all of
@@ -235,6 +236,14 @@ inline cudaError_t PickForwardPass(const StepBase& b, bool output, PassVariant* 
   const int nk = p.k_dim / kBT, K = p.k_dim;
   if (columns) {
     using tiles::StateForwardWgmmaFor, tiles::StateForwardWgmmaSmem;
+    if (output && !b.gated) {  // (the pass that forms M)
+      return PickVariant(p,
+                         {{StateForwardWgmmaFor<2, true, true>(nk),
+                           StateForwardWgmmaSmem<true, true>(K, 2), 128, 256, true},
+                          {StateForwardWgmmaFor<1, true, true>(nk),
+                           StateForwardWgmmaSmem<true, true>(K, 1), 64, 128, true}},
+                         picked);
+    }
     if (output) {
       return PickVariant(
           p,
@@ -280,16 +289,24 @@ inline cudaError_t PickForwardPass(const StepBase& b, bool output, PassVariant* 
 }
 
 // The backward pass's: the column pass at 128 or 64 value columns per block (`columns`:
-// UseColumnPasses); or the row-form pass (`rows`: UseRowPasses; it forms MtdO itself) and the
-// mma.sync pass with all of a chunk's tiles double-buffered, or only the
-// keys (see StateBackwardKernel), each at 32 or 64 value columns; before each, where it exists
-// (unsplit for K <= 128, split above), the one that forms MtdO itself (picked->local_term), taken
-// where it runs in as few waves; and at K = 256 on warpgroup products (`warpgroup`) the column
-// pass with single-buffered queries and W (chunk_delta_column_backward_split.cuh; it forms MtdO),
-// last, as the forward's (PickForwardPass).
+// UseColumnPasses; for the ungated rule the one that forms M itself); or the row-form pass (`rows`:
+// UseRowPasses; it forms MtdO itself) and the mma.sync pass with all of a chunk's tiles
+// double-buffered, or only the keys (see StateBackwardKernel), each at 32 or 64 value columns;
+// before each, where it exists (unsplit for K <= 128, split above), the one that forms MtdO itself
+// (picked->local_term), taken where it runs in as few waves; and at K = 256 on warpgroup products
+// (`warpgroup`) the column pass with single-buffered queries and W
+// (chunk_delta_column_backward_split.cuh; it forms MtdO), last, as the forward's (PickForwardPass).
 inline cudaError_t PickBackwardPass(const ChunkDeltaParams& p, bool columns, bool rows,
                                     bool warpgroup, bool gated, PassVariant* picked) {
   const int nk = p.k_dim / kBT, K = p.k_dim;
+  if (columns && !gated) {  // (the pass that forms M)
+    using tiles::StateBackwardWgmmaFor, tiles::StateBackwardWgmmaSmem;
+    return PickVariant(
+        p,
+        {{StateBackwardWgmmaFor<2, true>(nk), StateBackwardWgmmaSmem<true>(K, 2), 128, 256},
+         {StateBackwardWgmmaFor<1, true>(nk), StateBackwardWgmmaSmem<true>(K, 1), 64, 128}},
+        picked);
+  }
   if (columns) {
     using tiles::StateBackwardWgmmaFor, tiles::StateBackwardWgmmaSmem;
     return PickVariant(p,

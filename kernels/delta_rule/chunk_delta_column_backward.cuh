@@ -16,6 +16,10 @@
 // loaded so, it cost the pass 32 loads a lane per chunk and LocalValueGrads 197 us per call at
 // (1, 8192, 96, 128).) One block barrier per chunk (the swap of the tile sets) and two warpgroup
 // barriers (the staged stores of dS's copy and dUt).
+// kFormM (the ungated rule's pass, b.gated false): each warpgroup forms M itself (FormChunkMat)
+// into a tile of its own, its product issued before dS^T K^T's, and M's tile put before the first
+// group barrier; scale dO^T M then has accumulators of its own, running beside dS's copy, and
+// joins dS^T K^T's once both are in (dUt^T = dS^T K^T + scale dO^T M).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -31,19 +35,25 @@
 
 namespace flame::kernels::delta_chunk::tiles {
 
-template <int kNk, int kGroups>
+template <int kNk, int kGroups, bool kFormM = false>
 __global__ void __launch_bounds__(128 * kGroups)
     StateBackwardWgmmaKernel(const __grid_constant__ StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
-  using Set = ColumnTileSet<K, kBV, 3, 1>;  // the keys, the queries, W; dO; M
+  using Set = ColumnTileSet<K, kBV, 3, kFormM ? 0 : 1>;  // the keys, the queries, W; dO; (M)
+  const bool gated = !kFormM && b.gated;
   extern __shared__ float4 smem4[];
   char* sets;
   const uint32_t sets_at = AlignedSharedBase(smem4, &sets);
   const ChunkDeltaParams& p = b.p;
   const int V = p.v_dim, H = p.heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32, group = warp / 4;
-  char* stages = sets + 2 * Set::kBytes + group * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes);
+  // After the sets, each group's M tile (kFormM; 1024-byte aligned, as the sets are), then its
+  // staging tiles: dS's copy (K rows), then dUt (64).
+  constexpr int kMatBytes = kFormM ? kGroups * kSwizzledTileBytes : 0;
+  const uint32_t m_tile = sets_at + 2 * Set::kBytes + group * kSwizzledTileBytes;  // (kFormM)
+  char* stages = sets + 2 * Set::kBytes + kMatBytes +
+                 group * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes);
   const GroupStage<K> ds_stage(reinterpret_cast<bf16*>(stages));
   const GroupStage<kBT> dut_stage(reinterpret_cast<bf16*>(stages + GroupStage<K>::kBytes));
   const int v0 = blockIdx.x * kBV, h = blockIdx.y, n = blockIdx.z;
@@ -67,8 +77,9 @@ __global__ void __launch_bounds__(128 * kGroups)
   const int64_t state_step = int64_t{H} * K * V, o_step = kBT * p.v_strides.token;
 
   // The sets' copy barriers (chunk_delta_swizzled.cuh), after the staging tiles.
-  uint64_t* bars = reinterpret_cast<uint64_t*>(
-      sets + 2 * Set::kBytes + kGroups * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes));
+  uint64_t* bars =
+      reinterpret_cast<uint64_t*>(sets + 2 * Set::kBytes + kMatBytes +
+                                  kGroups * (GroupStage<K>::kBytes + GroupStage<kBT>::kBytes));
   // (The copy engine always: this kernel runs only where b.tile_copies holds.)
   const auto bar = [&](int i) { return CopyBarrier(bars + i, true); };
   if (threadIdx.x < 2) bar(threadIdx.x).Init();
@@ -85,7 +96,7 @@ __global__ void __launch_bounds__(128 * kGroups)
     tiles.Token(key(2), &b.maps.w, 0, kNk, h, row, w_src, ld_k, rows);
     o_pieces.Issue(o_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
-    tiles.Block(sets_at + set + Set::kMat, &b.maps.M, 0, src.MatRowAt(ci), m_src, kBT);
+    if (!kFormM) tiles.Block(sets_at + set + Set::kMat, &b.maps.M, 0, src.MatRowAt(ci), m_src, kBT);
   };
 
   // dO^T as an A operand of the warp's columns (transposed ldmatrix of dO's rows); the lane's G
@@ -97,7 +108,11 @@ __global__ void __launch_bounds__(128 * kGroups)
   const uint64_t k_desc = wgmma::DescriptorSwizzle128(sets_at);
   const uint64_t q_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(1), kSwizzledTileBytes);
   const uint64_t w_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(2), kSwizzledTileBytes);
-  const uint64_t m_desc = wgmma::DescriptorSwizzle128(sets_at + Set::kMat);
+  // M's tile: the set's where read, the group's where formed (from the queries as A and the keys as
+  // K-major B).
+  const uint64_t m_desc = wgmma::DescriptorSwizzle128(kFormM ? m_tile : sets_at + Set::kMat);
+  const uint64_t qa_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(1));
+  const uint64_t kk_desc = wgmma::DescriptorSwizzle128(sets_at);
   const float rcp_scale = 1.0f / p.scale;
 
   WarpRows<K> dS;  // dS^T of the warp's 16 columns
@@ -122,11 +137,14 @@ __global__ void __launch_bounds__(128 * kGroups)
     __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
     if (ci > 0) {
       k_src -= tok_step_k, q_src -= tok_step_k, w_src -= tok_step_k, o_src -= o_step;
-      G_src -= kBT * H, m_src -= int64_t{kBT} * kBT * H;
+      G_src -= kBT * H;
+      if (!kFormM) m_src -= int64_t{kBT} * kBT * H;
       issue(it + 1, ci - 1);
     }
     __pipeline_commit();
 
+    GroupAcc64 m;  // (kFormM) M
+    if (kFormM) FormChunkMat<K>(m, qa_desc + set_desc, kk_desc + set_desc);
     // dS^T K^T, dS's bf16 copy stored as dS[chunk] while it multiplies.
     WarpRows<kBT> du;
     du.Zero();
@@ -134,35 +152,60 @@ __global__ void __launch_bounds__(128 * kGroups)
     MultiplyStateCopy(dS, ds_stage, [&](int k, const uint32_t(&a)[4]) {
       wgmma::MmaRegA<kBT, false, false>(du_d, a, k_desc + set_desc + KMajorStep(k));
     });
-    GroupBarrier(group);
-    ds_stage.CopyOut(ds_dst, V, K);
-    wgmma::Wait<0>();
-    // dUt^T / scale = (dS^T K^T) diag(exp(G_L - G)) / scale + dO^T M (the scale applied once the
-    // product is in: dO^T's bf16 fragments stay exact).
-    const float* G = reinterpret_cast<const float*>(sets + set + Set::kG);
-    const float G_last = G[rows - 1];
-    if (b.gated) {
-      DecayTokens(du, G_at + set, G_last, rcp_scale);
-    } else {
-      du.Scale(rcp_scale);
-    }
     uint32_t o_a[kBT / 16][4];  // dO^T
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
       ptx::LoadMatrix4Trans(o_a[s], o_at + set + 2 * s * 16 * Set::kLdValues);
     }
-    wgmma::Fence();
-#pragma unroll
-    for (int s = 0; s < kBT / 16; ++s) {
-      wgmma::MmaRegA<kBT, false, true>(du_d, o_a[s], m_desc + set_desc + NMajorStep(s));
+    WarpRows<kBT> mt;  // (kFormM) dO^T M
+    float(&mt_d)[kBT / 2] = reinterpret_cast<float(&)[kBT / 2]>(mt.x);
+    if (kFormM) {
+      mt.Zero();
+      wgmma::Wait<1>();  // M's product (committed first; dS^T K^T's last group may run)
+      PutChunkMat(m, m_tile, rows);
     }
-    wgmma::Commit();
-    // Meanwhile dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
-    uint32_t og_a[kBT / 16][4];
-    ScaleOutputGradFragments(o_a, og_a, G_at + set, b);
+    GroupBarrier(group);
+    if (kFormM) {
+      wgmma::Fence();
+#pragma unroll
+      for (int s = 0; s < kBT / 16; ++s) {
+        wgmma::MmaRegA<kBT, false, true>(mt_d, o_a[s], m_desc + NMajorStep(s));
+      }
+      wgmma::Commit();
+    }
+    ds_stage.CopyOut(ds_dst, V, K);
     wgmma::Wait<0>();
+    // dUt^T = (dS^T K^T) diag(exp(G_L - G)) + scale dO^T M: with kFormM the two products'
+    // accumulators summed; else dO^T M's product onto the first's, held divided by scale until it
+    // is in (dO^T's bf16 fragments stay exact).
+    const float* G = reinterpret_cast<const float*>(sets + set + Set::kG);
+    const float G_last = G[rows - 1];
+    uint32_t og_a[kBT / 16][4];
+    if (kFormM) {
+#pragma unroll
+      for (int i = 0; i < WarpRows<kBT>::kTiles; ++i) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) du.x[i][e] = fmaf(p.scale, mt.x[i][e], du.x[i][e]);
+      }
+      ScaleOutputGradFragments<false>(o_a, og_a, G_at + set, b);
+    } else {
+      if (gated) {
+        DecayTokens(du, G_at + set, G_last, rcp_scale);
+      } else {
+        du.Scale(rcp_scale);
+      }
+      wgmma::Fence();
+#pragma unroll
+      for (int s = 0; s < kBT / 16; ++s) {
+        wgmma::MmaRegA<kBT, false, true>(du_d, o_a[s], m_desc + set_desc + NMajorStep(s));
+      }
+      wgmma::Commit();
+      // Meanwhile dO'^T = (scale diag(gamma) dO)^T from dO^T's fragments, rounded to bf16 again.
+      ScaleOutputGradFragments(o_a, og_a, G_at + set, b);
+      wgmma::Wait<0>();
+      du.Scale(p.scale);
+    }
     // dUt^T; its bf16 copy to the scratch (staged) and, negated, the A operand of W's product.
-    du.Scale(p.scale);
     uint32_t du_a[kBT / 16][4];
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
@@ -170,7 +213,7 @@ __global__ void __launch_bounds__(128 * kGroups)
       dut_stage.Put(s, du_a[s]);
     }
     // dS^T = gamma_L dS^T + dO'^T Q - dUt^T W, with dUt's stores running meanwhile.
-    if (b.gated) dS.Scale(expf(G_last));
+    if (gated) dS.Scale(expf(G_last));
     float(&ds_d)[K / 2] = reinterpret_cast<float(&)[K / 2]>(dS.x);
     wgmma::Fence();
 #pragma unroll
@@ -196,17 +239,28 @@ __global__ void __launch_bounds__(128 * kGroups)
 #endif
 }
 
+// Shared memory: the column pass's with three key tiles, and M's tile in each set or, with
+// kFormM, each warpgroup's (the same bytes with two groups).
+template <int K, int kBV, bool kFormM>
+inline constexpr size_t StateBackwardWgmmaSmemFor() {
+  return kFormM ? ColumnPassSmem<K, kBV, 3>() + kBV / 64 * size_t{kSwizzledTileBytes}
+                : ColumnPassSmem<K, kBV, 3, 1>();
+}
+template <bool kFormM = false>
 inline size_t StateBackwardWgmmaSmem(int k_dim, int groups) {
   if (k_dim == kBT) {
-    return groups == 1 ? ColumnPassSmem<kBT, 64, 3, 1>() : ColumnPassSmem<kBT, 128, 3, 1>();
+    return groups == 1 ? StateBackwardWgmmaSmemFor<kBT, 64, kFormM>()
+                       : StateBackwardWgmmaSmemFor<kBT, 128, kFormM>();
   }
-  return groups == 1 ? ColumnPassSmem<2 * kBT, 64, 3, 1>() : ColumnPassSmem<2 * kBT, 128, 3, 1>();
+  return groups == 1 ? StateBackwardWgmmaSmemFor<2 * kBT, 64, kFormM>()
+                     : StateBackwardWgmmaSmemFor<2 * kBT, 128, kFormM>();
 }
 
 // The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).
-template <int kGroups>
+template <int kGroups, bool kFormM = false>
 inline void (*StateBackwardWgmmaFor(int nk))(StepBase) {
-  return nk == 1 ? StateBackwardWgmmaKernel<1, kGroups> : StateBackwardWgmmaKernel<2, kGroups>;
+  return nk == 1 ? StateBackwardWgmmaKernel<1, kGroups, kFormM>
+                 : StateBackwardWgmmaKernel<2, kGroups, kFormM>;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

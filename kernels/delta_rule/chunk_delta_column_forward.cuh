@@ -31,13 +31,19 @@ namespace flame::kernels::delta_chunk::tiles {
 //         the keys' product (A = Ut^T's bf16 copy; B = M, K-major),
 // staged and stored as Ut is. (As a kernel of its own, which reads S and Ut back: 312 us per call
 // at (1, 8192, 96, 128).)
-template <int kNk, int kGroups, bool kOutput>
+// kFormM (with kOutput; the ungated rule's pass, b.gated false): each warpgroup forms M itself
+// (FormChunkMat) into a tile of its own instead of reading M with the chunk's tiles: M's product
+// issued after the state's update, o's product by M once M's tile is put.
+template <int kNk, int kGroups, bool kOutput, bool kFormM = false>
 __global__ void __launch_bounds__(128 * kGroups)
     StateForwardWgmmaKernel(const __grid_constant__ StepBase b) {
 #ifdef FLAME_WGMMA_DEVICE
+  static_assert(kOutput || !kFormM, "M serves o only");
   constexpr int K = kNk * kBT, kBV = 64 * kGroups, kThreadsB = 128 * kGroups;
+  constexpr bool kReadM = kOutput && !kFormM;
+  const bool gated = !kFormM && b.gated;
   // The keys, W (and the queries); U; (M).
-  using Set = ColumnTileSet<K, kBV, kOutput ? 3 : 2, kOutput ? 1 : 0>;
+  using Set = ColumnTileSet<K, kBV, kOutput ? 3 : 2, kReadM ? 1 : 0>;
   extern __shared__ float4 smem4[];
   char* sets;
   const uint32_t sets_at = AlignedSharedBase(smem4, &sets);
@@ -45,9 +51,12 @@ __global__ void __launch_bounds__(128 * kGroups)
   const int V = p.v_dim, H = p.heads;
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int group = warp / 4;
-  // The group's staging tiles: S's copy (K rows), then Ut (64), and o (64).
+  // After the sets, each group's M tile (kFormM; 1024-byte aligned, as the sets are), then its
+  // staging tiles: S's copy (K rows), then Ut (64), and o (64).
+  constexpr int kMatBytes = kFormM ? kGroups * kSwizzledTileBytes : 0;
   constexpr int kStageBytes = GroupStage<K>::kBytes + (kOutput ? 2 : 1) * GroupStage<kBT>::kBytes;
-  char* stages = sets + 2 * Set::kBytes + group * kStageBytes;
+  const uint32_t m_tile = sets_at + 2 * Set::kBytes + group * kSwizzledTileBytes;  // (kFormM)
+  char* stages = sets + 2 * Set::kBytes + kMatBytes + group * kStageBytes;
   const GroupStage<K> s_stage(reinterpret_cast<bf16*>(stages));
   const GroupStage<kBT> ut_stage(reinterpret_cast<bf16*>(stages + GroupStage<K>::kBytes));
   const GroupStage<kBT> o_stage(
@@ -75,7 +84,8 @@ __global__ void __launch_bounds__(128 * kGroups)
   const int64_t state_step = int64_t{H} * K * V;
 
   // The sets' copy barriers (chunk_delta_swizzled.cuh), after the staging tiles.
-  uint64_t* bars = reinterpret_cast<uint64_t*>(sets + 2 * Set::kBytes + kGroups * kStageBytes);
+  uint64_t* bars =
+      reinterpret_cast<uint64_t*>(sets + 2 * Set::kBytes + kMatBytes + kGroups * kStageBytes);
   // (The copy engine always: this kernel runs only where b.tile_copies holds.)
   const auto bar = [&](int i) { return CopyBarrier(bars + i, true); };
   if (threadIdx.x < 2) bar(threadIdx.x).Init();
@@ -90,10 +100,8 @@ __global__ void __launch_bounds__(128 * kGroups)
     tiles.Token(key(1), &b.maps.w, 0, kNk, h, row, w_src, ld_k, rows);
     u_pieces.Issue(u_src, set, rows);
     IssueChunkG(reinterpret_cast<float*>(sets + set + Set::kG), G_src, H, rows);
-    if (kOutput) {
-      tiles.Token(key(2), &b.maps.qn, 0, kNk, h, row, q_src, ld_k, rows);
-      tiles.Block(sets_at + set + Set::kMat, &b.maps.M, 0, src.MatRowAt(ci), m_src, kBT);
-    }
+    if (kOutput) tiles.Token(key(2), &b.maps.qn, 0, kNk, h, row, q_src, ld_k, rows);
+    if (kReadM) tiles.Block(sets_at + set + Set::kMat, &b.maps.M, 0, src.MatRowAt(ci), m_src, kBT);
   };
 
   // U^T as an A operand of the warp's columns (transposed ldmatrix of U's rows), and the lane's
@@ -104,9 +112,11 @@ __global__ void __launch_bounds__(128 * kGroups)
   const uint32_t G_at = sets_at + Set::kG + 8 * (lane % 4);
   const uint64_t w_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(1));
   const uint64_t k_desc = wgmma::DescriptorSwizzle128(sets_at, kSwizzledTileBytes);
-  // (q_desc and m_desc serve kOutput only.)
+  // (q_desc and m_desc serve kOutput only, the keys' K-major kk_desc kFormM; M's tile is the set's
+  // where read, the group's where formed.)
   const uint64_t q_desc = wgmma::DescriptorSwizzle128(sets_at + Set::Key(kOutput ? 2 : 0));
-  const uint64_t m_desc = wgmma::DescriptorSwizzle128(sets_at + Set::kMat);
+  const uint64_t kk_desc = wgmma::DescriptorSwizzle128(sets_at);
+  const uint64_t m_desc = wgmma::DescriptorSwizzle128(kFormM ? m_tile : sets_at + Set::kMat);
 
   WarpRows<K> S;  // S^T of the warp's 16 columns
   if (p.initial_state) {
@@ -130,7 +140,8 @@ __global__ void __launch_bounds__(128 * kGroups)
     __syncthreads();  // this chunk's tiles are in; every warp is done with the other set
     if (ci + 1 < seq.num_chunks) {
       k_src += tok_step_k, w_src += tok_step_k, u_src += tok_step_v, G_src += kBT * H;
-      if (kOutput) q_src += tok_step_k, m_src += int64_t{kBT} * kBT * H;
+      if (kOutput) q_src += tok_step_k;
+      if (kReadM) m_src += int64_t{kBT} * kBT * H;
       issue(ci + 1);
     }
     __pipeline_commit();
@@ -162,7 +173,7 @@ __global__ void __launch_bounds__(128 * kGroups)
     // Ut'^T, the keys' operand, in registers of its own (o's product reads ut_a meanwhile); the
     // ungated rule's decays are 1.
     uint32_t ud_a[kBT / 16][4];
-    if (b.gated) {
+    if (gated) {
       const float G_last = reinterpret_cast<const float*>(sets + set + Set::kG)[rows - 1];
       if (kOutput) ScaleTokensByGamma(o, G_at + set);  // (S^T Q^T) diag(gamma)
       DecayTokens(ut, G_at + set, G_last);
@@ -181,16 +192,29 @@ __global__ void __launch_bounds__(128 * kGroups)
     wgmma::Fence();
 #pragma unroll
     for (int s = 0; s < kBT / 16; ++s) {
-      if (kOutput) {
+      if (kReadM) {
         wgmma::MmaRegA<kBT, false, false>(o_d, ut_a[s], m_desc + set_desc + KMajorStep(s));
       }
       wgmma::MmaRegA<K, false, true>(s_d, ud_a[s], k_desc + set_desc + NMajorStep(s));
     }
     wgmma::Commit();
+    GroupAcc64 m;  // (kFormM) M, formed after the state's update
+    if (kFormM) FormChunkMat<K>(m, q_desc + set_desc, kk_desc + set_desc);
     GroupBarrier(group);
     ut_stage.CopyOut(ut_dst, ld_v, rows);
     ut_dst += tok_step_v, s_dst += state_step;
     wgmma::Wait<0>();
+    if (kFormM) {  // o^T += Ut^T M^T
+      PutChunkMat(m, m_tile, rows);
+      GroupBarrier(group);
+      wgmma::Fence();
+#pragma unroll
+      for (int s = 0; s < kBT / 16; ++s) {
+        wgmma::MmaRegA<kBT, false, false>(o_d, ut_a[s], m_desc + KMajorStep(s));
+      }
+      wgmma::Commit();
+      wgmma::Wait<0>();
+    }
     if (kOutput) {
       o.Scale(p.scale);
 #pragma unroll
@@ -213,28 +237,29 @@ __global__ void __launch_bounds__(128 * kGroups)
 #endif
 }
 
-// Shared memory: the column pass's, with kOutput a third key tile (the queries), M and o's
-// staging tile per warpgroup.
-template <int K, int kBV, bool kOutput>
+// Shared memory: the column pass's, with kOutput a third key tile (the queries), M (the set's, or
+// with kFormM the group's) and o's staging tile per warpgroup.
+template <int K, int kBV, bool kOutput, bool kFormM>
 inline constexpr size_t StateForwardWgmmaSmemFor() {
-  return kOutput ? ColumnPassSmem<K, kBV, 3, 1>() + kBV / 64 * size_t{GroupStage<kBT>::kBytes}
-                 : ColumnPassSmem<K, kBV, 2>();
+  if (!kOutput) return ColumnPassSmem<K, kBV, 2>();
+  return (kFormM ? ColumnPassSmem<K, kBV, 3>() : ColumnPassSmem<K, kBV, 3, 1>()) +
+         kBV / 64 * size_t{GroupStage<kBT>::kBytes + (kFormM ? kSwizzledTileBytes : 0)};
 }
-template <bool kOutput>
+template <bool kOutput, bool kFormM = false>
 inline size_t StateForwardWgmmaSmem(int k_dim, int groups) {
   if (k_dim == kBT) {
-    return groups == 1 ? StateForwardWgmmaSmemFor<kBT, 64, kOutput>()
-                       : StateForwardWgmmaSmemFor<kBT, 128, kOutput>();
+    return groups == 1 ? StateForwardWgmmaSmemFor<kBT, 64, kOutput, kFormM>()
+                       : StateForwardWgmmaSmemFor<kBT, 128, kOutput, kFormM>();
   }
-  return groups == 1 ? StateForwardWgmmaSmemFor<2 * kBT, 64, kOutput>()
-                     : StateForwardWgmmaSmemFor<2 * kBT, 128, kOutput>();
+  return groups == 1 ? StateForwardWgmmaSmemFor<2 * kBT, 64, kOutput, kFormM>()
+                     : StateForwardWgmmaSmemFor<2 * kBT, 128, kOutput, kFormM>();
 }
 
 // The pass's instantiations for K = 64 nk, nk = 1 or 2 (the launcher takes it only there).
-template <int kGroups, bool kOutput>
+template <int kGroups, bool kOutput, bool kFormM = false>
 inline void (*StateForwardWgmmaFor(int nk))(StepBase) {
-  return nk == 1 ? StateForwardWgmmaKernel<1, kGroups, kOutput>
-                 : StateForwardWgmmaKernel<2, kGroups, kOutput>;
+  return nk == 1 ? StateForwardWgmmaKernel<1, kGroups, kOutput, kFormM>
+                 : StateForwardWgmmaKernel<2, kGroups, kOutput, kFormM>;
 }
 
 }  // namespace flame::kernels::delta_chunk::tiles

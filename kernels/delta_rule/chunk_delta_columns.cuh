@@ -285,9 +285,10 @@ __device__ __forceinline__ void LoadTransposedValues(WarpRows<kBT>& x, uint32_t 
 
 // dO'^T = (scale diag(gamma) dO)^T's bf16 A fragments (out; the warp's 16 columns, tokens 16 s ..)
 // from dO^T's (in; may be out), rounded to bf16 again: gamma = exp(G) of the lane's tokens where
-// b.gated (G_at as DecayTokens'), else 1. (The scale and the flag read from the kernel's
-// parameters where they are used: passed in as values, they held registers through the passes'
-// products.)
+// b.gated (G_at as DecayTokens'), else 1; kMaybeGated false: a pass that runs only ungated. (The
+// scale and the flag read from the kernel's parameters where they are used: passed in as values,
+// they held registers through the passes' products.)
+template <bool kMaybeGated = true>
 __device__ __forceinline__ void ScaleOutputGradFragments(const uint32_t (&in)[kBT / 16][4],
                                                          uint32_t (&out)[kBT / 16][4],
                                                          uint32_t G_at, const StepBase& b) {
@@ -296,7 +297,7 @@ __device__ __forceinline__ void ScaleOutputGradFragments(const uint32_t (&in)[kB
     float f[2][2];  // tokens 16 s + 8 hi + 2 t + b
 #pragma unroll
     for (int hi = 0; hi < 2; ++hi) {
-      if (b.gated) {
+      if (kMaybeGated && b.gated) {
         const float2 Gp = ptx::LoadShared2(G_at + 4 * (16 * s + 8 * hi));
         f[hi][0] = b.p.scale * ptx::Exp2(Gp.x * ptx::kRcpLn2);
         f[hi][1] = b.p.scale * ptx::Exp2(Gp.y * ptx::kRcpLn2);
@@ -314,7 +315,8 @@ __device__ __forceinline__ void ScaleOutputGradFragments(const uint32_t (&in)[kB
 
 // One chunk's tiles of a column pass: kKeyTiles 64 x K bf16 operands (forward: the keys, W and,
 // where it writes o, the queries; backward: the keys, the queries and W) and kMats 64 x 64 bf16
-// chunk matrices (M: the backward's, and the forward's where it writes o), all as swizzled tiles
+// chunk matrices (M, for the gated rule's passes that read it: the backward, and the forward where
+// it writes o; the ungated rule's form it, FormChunkMat), all as swizzled tiles
 // (chunk_delta_swizzled.cuh: an operand's K / 64 column tiles one after another, copied by the
 // copy engine, TileGroup), then the block's kBV value columns of a 64-row bf16 operand (forward U,
 // backward dO; row-major, leading dimension kBV + 8, by cp.async) and G. A set is 1024-byte
@@ -346,5 +348,29 @@ __device__ __forceinline__ uint64_t KMajorStep(int k) {
   return (k / 4) * (kSwizzledTileBytes / 16) + (k % 4) * 2;
 }
 __device__ __forceinline__ uint64_t NMajorStep(int s) { return s * (16 * 128 / 16); }
+
+// The ungated rule's M = tril(Q K^T), formed by a warpgroup of a column pass on its own from the
+// chunk's query and key tiles (q, k: the descriptors of their first K-major swizzled tiles, K / 64
+// tiles each) instead of read: ChunkPrepare then neither reads the queries nor writes M, and the
+// passes read 8 KB a chunk and head less, for one more 64 x 64 x K product each. (The gated rule's
+// M, with its decays exp(G_r - G_c), its RowTerms reads too; formed so in the passes, its decays
+// on their chains, the passes took 86 and 114 us more at (1, 8192, 96, 128).) FormChunkMat issues
+// the product; PutChunkMat, once it is waited for, puts M into the warpgroup's swizzled tile (tile:
+// its shared address) for the products that read it, after a barrier of the group (GroupBarrier).
+template <int K>
+__device__ __forceinline__ void FormChunkMat(GroupAcc64& m, uint64_t q, uint64_t k) {
+  m.Zero();  // (before the fence: zeros set after it made ptxas wait for the products before)
+  wgmma::Fence();
+#pragma unroll
+  for (int s = 0; s < K / 16; ++s) {
+    wgmma::MmaSharedA64<false>(m.d, q + KMajorStep(s), k + KMajorStep(s));
+  }
+  wgmma::Commit();
+}
+__device__ __forceinline__ void PutChunkMat(GroupAcc64& m, uint32_t tile, int rows) {
+  DecayLowerTriangle<false>(m, nullptr, rows);
+  m.PutSwizzled(tile);
+  wgmma::FenceSharedForProducts();
+}
 
 }  // namespace flame::kernels::delta_chunk::tiles

@@ -4,7 +4,8 @@
 // warp and chunk at ~0.6 issued a cycle and scheduler, barrier waits first (ncu; 593 us, 2.2
 // TB/s, at (1, 8192, 96, 128)). Here the products are 64 x 64 wgmma products with both operands in
 // shared memory, the two warpgroups side by side:
-//   warpgroup 0:  QK = Q K^T  -> M
+//   warpgroup 0:  QK = Q K^T  -> M  (where a kernel reads M: the ungated rule's column passes
+//                                    form it themselves, and then warpgroup 0 repeats KK)
 //   warpgroup 1:  KK = K K^T  -> KD^T, A
 // then W = T diag(beta gamma) K and U = T diag(beta) V (T diag(f) as hi + lo tiles), their 64-wide
 // slices W's first and U's after as one list, two items at a time (item 2 n + group in step n).
@@ -74,6 +75,9 @@ __global__ void __launch_bounds__(kThreads, 3)
   const int nk = layout.nk, nv = p.v_dim / kBT;
   const int group = threadIdx.x / 128;
   const Chunk c = LocateChunk(p, chunk);
+  // M, unless only the column passes would read it, which form it themselves (the gated rule's
+  // RowTerms reads it too).
+  const bool form_m = kGated || !b.column_passes;
   const int64_t qk_stride = int64_t{p.heads} * p.k_dim;
   // The keys and queries by the copy engine (TileGroup; this kernel runs only where
   // b.tile_copies holds), the rows past the chunk's end, which it reads from the next chunk,
@@ -82,10 +86,12 @@ __global__ void __launch_bounds__(kThreads, 3)
   if (threadIdx.x == 0) bar.Init();
   __syncthreads();
   {
-    const TileGroup tiles(bar, 2 * nk);
+    const TileGroup tiles(bar, form_m ? 2 * nk : nk);
     const int row = static_cast<int>(c.row);
-    tiles.Token(rows, &b.maps.qn, 0, nk, h, row, b.s.qn + Tok(p, c.row, h, p.k_dim), qk_stride,
-                c.rows);
+    if (form_m) {
+      tiles.Token(rows, &b.maps.qn, 0, nk, h, row, b.s.qn + Tok(p, c.row, h, p.k_dim), qk_stride,
+                  c.rows);
+    }
     tiles.Token(keys, &b.maps.kn, 0, nk, h, row, b.s.kn + Tok(p, c.row, h, p.k_dim), qk_stride,
                 c.rows);
   }
@@ -95,12 +101,14 @@ __global__ void __launch_bounds__(kThreads, 3)
   __pipeline_wait_prior(0);
   bar.Wait(0);
   // (The keys, then the queries: adjacent.)
-  if (c.rows < kBT) ZeroRowsPast(reinterpret_cast<bf16*>(at + layout.kKeys), 2 * nk, c.rows);
+  if (c.rows < kBT) {
+    ZeroRowsPast(reinterpret_cast<bf16*>(at + layout.kKeys), form_m ? 2 * nk : nk, c.rows);
+  }
   wgmma::FenceSharedForProducts();
   __syncthreads();
   {
     // Warpgroup 0: QK (A: the query tiles), 1: KK (A: the key tiles); B: the key tiles, K-major.
-    const uint32_t a_tiles = group == 0 ? rows : keys;
+    const uint32_t a_tiles = group == 0 && form_m ? rows : keys;
     GroupAcc64 acc;
     acc.Zero();
     wgmma::Fence();
@@ -119,28 +127,12 @@ __global__ void __launch_bounds__(kThreads, 3)
     }
     wgmma::Commit();
     wgmma::Wait<0>();
-    // Each element (r, col) times the decay exp(G_r - G_col) on and below the diagonal, zero
-    // above it and in rows past the chunk's end (selects: computed past the diagonal, where G_r -
-    // G_col > 0, the decay may be infinite).
-#pragma unroll
-    for (int half = 0; half < 2; ++half) {
-      const int r = GroupAcc64::Row(half);
-      const float g_r = kGated ? G[r] : 0.0f;
-#pragma unroll
-      for (int j = 0; j < GroupAcc64::kTiles; ++j) {
-#pragma unroll
-        for (int e = 0; e < 2; ++e) {
-          const int col = GroupAcc64::Col(j) + e;
-          float& x = acc.d[4 * j + 2 * half + e];
-          const float decayed = kGated ? x * __expf(g_r - G[col]) : x;
-          x = r < c.rows && col <= r ? decayed : 0.0f;
-        }
-      }
-    }
+    DecayLowerTriangle<kGated>(acc, G, c.rows);
     if (group == 0) {
       // M = tril(QK * D) in bf16 (the output's and LocalValueGrads' bf16 products read it), all
-      // 64 rows, through the first query tile, which only this warpgroup's products read.
-      acc.StoreRowsVia(rows, at + layout.Rows(), b.s.M + Mat(p, chunk, h), kBT, kBT);
+      // 64 rows, through the first query tile, which only this warpgroup's products read. (Where
+      // no kernel reads M, the warpgroup has multiplied KK too, and drops it.)
+      if (form_m) acc.StoreRowsVia(rows, at + layout.Rows(), b.s.M + Mat(p, chunk, h), kBT, kBT);
     } else {
       // KD = strict_tril(KK * D); A = diag(beta) KD into y; KD^T above TKD's diagonal, where the
       // caller keeps it (or the backward recomputes) for WYBackward.

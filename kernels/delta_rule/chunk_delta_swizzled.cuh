@@ -215,13 +215,9 @@ struct GroupAcc {
       Piece(m).StoreBf16Global16B(dst + r0 * ld + 16 * m, ld, rows - r0);
     }
   }
-  // The same (kCols = 64) through a swizzled tile that no product reads any more (tile: its shared
-  // address, tile_at: its generic pointer): each warp puts its 16 rows (stmatrix; the swizzle
-  // keeps a matrix's eight rows in different banks), then stores them in 16-byte pieces, a warp
-  // instruction four whole 128-byte rows. Only the warp's own rows: no barrier but the warp's.
-  // (StoreRows's quad trades take about three times the instructions.)
-  __device__ __forceinline__ void StoreRowsVia(uint32_t tile, const char* tile_at, bf16* dst,
-                                               int64_t ld, int rows) const {
+  // The warp's 16 rows (kCols = 64), rounded to bf16, into a swizzled 64 x 64 tile at shared
+  // address `tile` (stmatrix; the swizzle keeps a matrix's eight rows in different banks).
+  __device__ __forceinline__ void PutSwizzled(uint32_t tile) const {
     static_assert(kCols == 64, "a 64 x 64 tile");
     const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4, m = lane / 8;
     // The lane gives the address of row lane % 8 of matrix m: h = m % 2, n8 tile 2 q + m / 2.
@@ -237,7 +233,16 @@ struct GroupAcc {
       }
       ptx::StoreMatrix4(put + (((2 * q + m / 2) ^ lane % 8) << 4), a);
     }
+  }
+  // The same (kCols = 64) through a swizzled tile that no product reads any more (tile: its shared
+  // address, tile_at: its generic pointer): each warp puts its 16 rows (PutSwizzled), then stores
+  // them in 16-byte pieces, a warp instruction four whole 128-byte rows. Only the warp's own rows:
+  // no barrier but the warp's. (StoreRows's quad trades take about three times the instructions.)
+  __device__ __forceinline__ void StoreRowsVia(uint32_t tile, const char* tile_at, bf16* dst,
+                                               int64_t ld, int rows) const {
+    PutSwizzled(tile);
     __syncwarp();
+    const int lane = threadIdx.x % 32, w = threadIdx.x / 32 % 4;
     // Rows r0 + 4 i, piece lane % 8: rows 4 apart alternate their swizzle by 4 pieces.
     const int r0 = 16 * w + lane / 8, piece = lane % 8;
     const char* get = tile_at + r0 * 128;
@@ -267,6 +272,29 @@ struct GroupAcc {
   }
 };
 using GroupAcc64 = GroupAcc<64>;
+
+// A chunk's 64 x 64 product of its tokens with themselves (QK = Q K^T or KK = K K^T), in place:
+// each element (r, col) times the decay exp(G_r - G_col) (kGated; G: the chunk's, in shared
+// memory) on and below the diagonal, zero above it and in rows past `rows` (selects: computed past
+// the diagonal, where G_r - G_col > 0, the decay may be infinite). For QK: M.
+template <bool kGated>
+__device__ __forceinline__ void DecayLowerTriangle(GroupAcc64& acc, const float* G, int rows) {
+#pragma unroll
+  for (int half = 0; half < 2; ++half) {
+    const int r = GroupAcc64::Row(half);
+    const float g_r = kGated ? G[r] : 0.0f;
+#pragma unroll
+    for (int j = 0; j < GroupAcc64::kTiles; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e) {
+        const int col = GroupAcc64::Col(j) + e;
+        float& x = acc.d[4 * j + 2 * half + e];
+        const float decayed = kGated ? x * __expf(g_r - G[col]) : x;
+        x = r < rows && col <= r ? decayed : 0.0f;
+      }
+    }
+  }
+}
 
 // A warp's bf16 A fragments (16 rows, one 16-deep k step at a time) of a swizzled tile, by
 // ldmatrix: rows offset .. offset + 15 of the tile, or with kTrans its transpose's (A(i, l) =
